@@ -1,0 +1,124 @@
+# Declarations of the cuda.h types pycudadrv uses. Functions are never called
+# through these names: every entry point goes through the table in _driver_api.
+from libc.stdint cimport uint64_t
+
+cdef extern from "cuda.h" nogil:
+    int CUDA_VERSION
+
+    ctypedef int CUresult
+    ctypedef int CUdevice
+    ctypedef int CUdevice_v1
+    ctypedef unsigned long long CUdeviceptr
+    ctypedef unsigned long long CUdeviceptr_v2
+    ctypedef uint64_t cuuint64_t
+    ctypedef struct CUctx_st
+    ctypedef struct CUmod_st
+    ctypedef struct CUfunc_st
+    ctypedef struct CUstream_st
+    ctypedef struct CUevent_st
+    ctypedef struct CUgraph_st
+    ctypedef struct CUgraphExec_st
+    ctypedef struct CUgraphNode_st
+    ctypedef CUctx_st* CUcontext
+    ctypedef CUmod_st* CUmodule
+    ctypedef CUfunc_st* CUfunction
+    ctypedef CUstream_st* CUstream
+    ctypedef CUevent_st* CUevent
+    ctypedef CUgraph_st* CUgraph
+    ctypedef CUgraphExec_st* CUgraphExec
+    ctypedef CUgraphNode_st* CUgraphNode
+    ctypedef struct CUgraphEdgeData
+    ctypedef struct CUmemPoolHandle_st
+    ctypedef CUmemPoolHandle_st* CUmemoryPool
+    ctypedef int CUmemPool_attribute
+
+    ctypedef int CUdevice_attribute
+    ctypedef int CUfunction_attribute
+    ctypedef int CUjit_option
+    ctypedef int CUstreamCaptureMode
+    ctypedef int CUstreamCaptureStatus
+    ctypedef int CUlaunchAttributeID
+    ctypedef int CUdriverProcAddressQueryResult
+
+    enum:
+        CUDA_SUCCESS
+        CUDA_ERROR_NOT_READY
+        CUDA_ERROR_INVALID_VALUE
+        CUDA_ERROR_OUT_OF_MEMORY
+        CUDA_ERROR_NO_DEVICE
+        CUDA_ERROR_NOT_FOUND
+        CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+        CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+
+        CU_STREAM_NON_BLOCKING
+        CU_EVENT_DEFAULT
+        CU_EVENT_DISABLE_TIMING
+        CU_MEMHOSTALLOC_PORTABLE
+
+        CU_JIT_ERROR_LOG_BUFFER
+        CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+        CU_JIT_INFO_LOG_BUFFER
+        CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES
+        CU_JIT_LOG_VERBOSE
+
+        CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y
+        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y
+        CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK
+        CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+        CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH
+
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+        CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        CU_FUNC_ATTRIBUTE_NUM_REGS
+
+        CU_STREAM_CAPTURE_MODE_GLOBAL
+        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+        CU_STREAM_CAPTURE_MODE_RELAXED
+        CU_STREAM_CAPTURE_STATUS_NONE
+        CU_STREAM_CAPTURE_STATUS_ACTIVE
+        CU_STREAM_CAPTURE_STATUS_INVALIDATED
+
+        CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+        CU_GET_PROC_ADDRESS_DEFAULT
+        CU_GET_PROC_ADDRESS_SUCCESS
+        CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+        CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+
+    ctypedef struct _dim3:
+        unsigned int x
+        unsigned int y
+        unsigned int z
+
+    ctypedef union CUlaunchAttributeValue:
+        char pad[64]
+        int cooperative
+        _dim3 clusterDim
+        int programmaticStreamSerializationAllowed
+
+    ctypedef struct CUlaunchAttribute:
+        CUlaunchAttributeID id
+        CUlaunchAttributeValue value
+
+    ctypedef struct CUlaunchConfig:
+        unsigned int gridDimX
+        unsigned int gridDimY
+        unsigned int gridDimZ
+        unsigned int blockDimX
+        unsigned int blockDimY
+        unsigned int blockDimZ
+        unsigned int sharedMemBytes
+        CUstream hStream
+        CUlaunchAttribute *attrs
+        unsigned int numAttrs

@@ -1,0 +1,23 @@
+from pycudadrv._cuda cimport *
+
+cdef class Device:
+    cdef readonly int ordinal
+    cdef CUdevice handle
+    cdef CUcontext context
+    # Limits read once (cuDeviceGetAttribute) and used by launch validation.
+    cdef public int max_threads_per_block
+    cdef int max_block[3]
+    cdef int max_grid[3]
+    cdef int max_shared_per_block
+    cdef int max_shared_optin
+    cdef readonly int multiprocessor_count
+    cdef int cc_major, cc_minor
+    cdef object _default_stream
+
+    # Make this device's primary context current on the calling thread (one
+    # cuCtxGetCurrent; cuCtxSetCurrent only when it differs).
+    cdef int activate(self) except -1 nogil
+    cdef int _attr(self, int attr) except? -1
+
+cdef Device get_device(int ordinal)
+cdef Device current_device()

@@ -1,0 +1,236 @@
+# cython: language_level=3
+"""Driver loader: dlopen libcuda at first use, resolve every entry point with
+cuGetProcAddress at the ABI version of the header we compiled against, and turn
+CUresult codes into exceptions."""
+from libc.stdint cimport uint64_t
+from libc.string cimport memset
+from posix.dlfcn cimport dlopen, dlsym, dlerror, RTLD_NOW, RTLD_LOCAL
+from cpython.bytes cimport PyBytes_AsStringAndSize
+
+from pycudadrv._cuda cimport *
+from pycudadrv._driver_api cimport (
+    pycudadrv_driver_api, pycudadrv_entry_points, PYCUDADRV_N_ENTRY_POINTS,
+    PYCUDADRV_MIN_DRIVER_VERSION, PYCUDADRV_HEADER_CUDA_VERSION)
+
+import os
+import threading
+
+cdef extern from "pycudadrv/fnv1a.h" nogil:
+    uint64_t pycudadrv_fnv1a64(const void* data, size_t n)
+
+ctypedef CUresult (*getproc_t)(const char*, void**, int, cuuint64_t,
+                               CUdriverProcAddressQueryResult*) noexcept nogil
+
+#: The default name of the driver library; PYCUDADRV_LIBCUDA overrides it.
+LIBCUDA = "libcuda.so.1"
+#: Oldest driver (CUDA version, 1000*major + 10*minor) pycudadrv runs on.
+MIN_DRIVER_VERSION = PYCUDADRV_MIN_DRIVER_VERSION
+#: CUDA version of the cuda.h this build was compiled against.
+HEADER_CUDA_VERSION = PYCUDADRV_HEADER_CUDA_VERSION
+
+
+class CudaUnavailableError(RuntimeError):
+    """CUDA cannot be used here: the driver library is missing, there is no
+    device, or the driver is older than pycudadrv supports. The message says
+    which, with the versions involved."""
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed.
+
+    Attributes
+    ----------
+    code : int
+        The ``CUresult`` value.
+    name : str
+        Its name, e.g. ``"CUDA_ERROR_INVALID_VALUE"``.
+    description : str
+        The driver's text for it (``cuGetErrorString``).
+    call : str
+        The driver function that failed, e.g. ``"cuMemAlloc"``.
+    context : str
+        What pycudadrv was doing (kernel, grid, block, ...), may be empty.
+    """
+
+    def __init__(self, code, name, description, call, context=""):
+        self.code = int(code)
+        self.name = name
+        self.description = description
+        self.call = call
+        self.context = context
+        msg = f"{name} ({self.code}): {description} [in {call}]"
+        if context:
+            msg += f"\n{context}"
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.name, self.description, self.call, self.context))
+
+
+def _version_str(int v):
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+cdef pycudadrv_driver_api _api
+cdef bint _loaded = False
+cdef object _load_error = None
+cdef int _driver_version = 0
+_load_lock = threading.Lock()
+
+
+cdef int _load() except -1:
+    global _loaded, _load_error, _driver_version
+    cdef void* lib
+    cdef getproc_t getproc
+    cdef int i, j, ver, status
+    cdef CUdriverProcAddressQueryResult qres
+    cdef void* fn
+    cdef char* base
+    cdef int drv_ver = 0
+    cdef CUresult r
+    cdef bytes path
+    cdef const char* cerr
+    path = os.environ.get("PYCUDADRV_LIBCUDA", LIBCUDA).encode()
+    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)
+    if lib == NULL:
+        cerr = dlerror()
+        err = (<bytes>cerr).decode(errors='replace') if cerr != NULL else 'unknown'
+        raise CudaUnavailableError(
+            f"CUDA driver library not found: dlopen({path.decode()!r}) failed: {err}. "
+            "Install the NVIDIA driver (pycudadrv needs no toolkit).")
+    getproc = <getproc_t>dlsym(lib, "cuGetProcAddress_v2")
+    if getproc == NULL:
+        raise CudaUnavailableError(
+            f"the CUDA driver in {path.decode()!r} has no cuGetProcAddress_v2: driver older than "
+            f"CUDA {_version_str(PYCUDADRV_MIN_DRIVER_VERSION)}, the oldest pycudadrv supports")
+    # cuDriverGetVersion first, so every other symbol is asked for at a version the driver knows.
+    fn = NULL
+    r = getproc("cuDriverGetVersion", &fn, 2020, CU_GET_PROC_ADDRESS_DEFAULT, &qres)
+    if r != CUDA_SUCCESS or fn == NULL:
+        raise CudaUnavailableError(f"cuGetProcAddress(cuDriverGetVersion) failed ({r})")
+    (<CUresult (*)(int*) noexcept nogil>fn)(&drv_ver)
+    if drv_ver < PYCUDADRV_MIN_DRIVER_VERSION:
+        raise CudaUnavailableError(
+            f"CUDA driver too old: it supports CUDA {_version_str(drv_ver)}, "
+            f"pycudadrv needs CUDA {_version_str(PYCUDADRV_MIN_DRIVER_VERSION)} or newer")
+    memset(&_api, 0, sizeof(_api))
+    base = <char*>&_api
+    missing = []
+    for i in range(PYCUDADRV_N_ENTRY_POINTS):
+        fn = NULL
+        for j in range(4):
+            ver = pycudadrv_entry_points[i].versions[j]
+            if ver == 0:
+                break
+            if ver > drv_ver:
+                continue
+            r = getproc(pycudadrv_entry_points[i].name, &fn, ver, CU_GET_PROC_ADDRESS_DEFAULT, &qres)
+            if r == CUDA_SUCCESS and fn != NULL:
+                break
+            fn = NULL
+        (<void**>(base + pycudadrv_entry_points[i].offset))[0] = fn
+        if fn == NULL and pycudadrv_entry_points[i].required:
+            missing.append((<bytes>pycudadrv_entry_points[i].name).decode())
+    if missing:
+        raise CudaUnavailableError(
+            f"CUDA driver {_version_str(drv_ver)} lacks entry points pycudadrv needs: "
+            + ", ".join(missing))
+    r = _api.p_cuInit(0)
+    if r == CUDA_ERROR_NO_DEVICE:
+        raise CudaUnavailableError(
+            f"no CUDA device: the driver (CUDA {_version_str(drv_ver)}) loaded but cuInit reports "
+            "CUDA_ERROR_NO_DEVICE (check CUDA_VISIBLE_DEVICES)")
+    if r != CUDA_SUCCESS:
+        err = make_error(r, "cuInit")
+        raise CudaUnavailableError(f"cuInit failed: {err}")
+    _driver_version = drv_ver
+    _loaded = True
+    return 0
+
+
+cdef pycudadrv_driver_api* driver() except NULL:
+    global _load_error
+    if _loaded:
+        return &_api
+    with _load_lock:
+        if not _loaded:
+            if _load_error is not None:
+                raise CudaUnavailableError(str(_load_error))
+            try:
+                _load()
+            except CudaUnavailableError as e:
+                _load_error = e
+                raise
+    return &_api
+
+
+cdef object make_error(CUresult status, str call, str context=""):
+    cdef const char* s = NULL
+    name = f"CUDA_ERROR_UNKNOWN_CODE_{status}"
+    desc = "unrecognized error code"
+    if _loaded:
+        if _api.p_cuGetErrorName(status, &s) == CUDA_SUCCESS and s != NULL:
+            name = (<bytes>s).decode()
+        s = NULL
+        if _api.p_cuGetErrorString(status, &s) == CUDA_SUCCESS and s != NULL:
+            desc = (<bytes>s).decode()
+    return CudaError(status, name, desc, call, context)
+
+
+cdef int check(CUresult status, const char* call) except -1 nogil:
+    if status == CUDA_SUCCESS:
+        return 0
+    with gil:
+        raise make_error(status, (<bytes>call).decode())
+
+
+def is_available():
+    """Return True if the CUDA driver loads, is new enough, and sees a device.
+
+    Never raises; call :func:`require` (or any CUDA function) to get the reason
+    as a :class:`CudaUnavailableError`.
+    """
+    try:
+        driver()
+    except CudaUnavailableError:
+        return False
+    cdef int n = 0
+    if _api.p_cuDeviceGetCount(&n) != CUDA_SUCCESS:
+        return False
+    return n > 0
+
+
+def require():
+    """Load the driver (``dlopen`` + ``cuGetProcAddress`` + ``cuInit``).
+
+    Raises
+    ------
+    CudaUnavailableError
+        Library not found, no device, or driver older than ``MIN_DRIVER_VERSION``.
+    """
+    driver()
+
+
+def driver_version():
+    """CUDA version the installed driver supports, as ``(major, minor)``
+    (``cuDriverGetVersion``). Raises CudaUnavailableError without a driver."""
+    driver()
+    return (_driver_version // 1000, (_driver_version % 1000) // 10)
+
+
+def fnv1a64(data):
+    """FNV-1a 64-bit hash of a bytes-like object (the module cache key).
+
+    Offset basis 0xcbf29ce484222325, prime 0x100000001b3. Returns an int in
+    [0, 2**64).
+    """
+    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    if view.shape[0] == 0:
+        return pycudadrv_fnv1a64(NULL, 0)
+    return pycudadrv_fnv1a64(&view[0], view.shape[0])
+
+
+def _check_code(int code, str call="test"):
+    """Raise the CudaError for ``code`` as the driver would (tests use this)."""
+    driver()
+    check(<CUresult>code, call.encode())

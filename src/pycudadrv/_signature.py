@@ -1,0 +1,162 @@
+"""Kernel parameter layouts: from PTX ``.entry`` signatures or from a
+signature the user writes. Pure Python (no driver needed).
+
+A layout is a list of ``Param(kind, size, align, offset)``. ``kind`` tells
+which Python values a parameter accepts and how they become bytes:
+
+=========  ===========================================================
+ANY        size known only (``cuFuncGetParamInfo``): int -> integer of
+           that width, float -> IEEE float of that width (2, 4, 8),
+           pointers need 8 bytes
+INT/UINT   signed/unsigned integer of ``size`` bytes (explicit signatures)
+INTEGER    integer of ``size`` bytes, either signedness (PTX ``.u``/``.s``/
+           ``.b``, whose signedness is not reliable); 8-byte ones also take
+           pointers (PTX gives pointers as ``.u64``)
+FLOAT      IEEE float of ``size`` bytes (2 = half); ints are converted
+POINTER    device pointer (8 bytes): Buffer, view, None, CAI object, int
+BYTES      raw bytes (structs, arrays): numpy structured scalars or
+           bytes-like values of exactly ``size`` bytes
+=========  ===========================================================
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+import numpy as np
+
+ANY, INT, UINT, FLOAT, POINTER, BYTES, INTEGER = range(7)
+KIND_NAMES = {ANY: "any", INT: "int", UINT: "uint", FLOAT: "float", POINTER: "pointer", BYTES: "bytes",
+              INTEGER: "integer"}
+
+#: Classic parameter space limit (bytes) and the one of CUDA 12.1+ drivers on Volta+.
+PARAM_LIMIT_CLASSIC = 4096
+PARAM_LIMIT_LARGE = 32764
+
+
+class Param(NamedTuple):
+    kind: int
+    size: int
+    align: int
+    offset: int
+
+    def describe(self) -> str:
+        return f"{KIND_NAMES[self.kind]}{self.size * 8 if self.kind != BYTES else ''}" + (
+            f"[{self.size} bytes]" if self.kind == BYTES else "")
+
+
+def _place(items):
+    """Assign offsets with natural alignment: items are (kind, size, align)."""
+    out, off = [], 0
+    for kind, size, align in items:
+        off = (off + align - 1) // align * align
+        out.append(Param(kind, size, align, off))
+        off += size
+    return out
+
+
+def param_space_bytes(layout) -> int:
+    return max((p.offset + p.size for p in layout), default=0)
+
+
+_PTX_TYPES = {"u": INTEGER, "s": INTEGER, "b": INTEGER, "f": FLOAT}
+_ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$%][\w$%]*)\s*\(([^)]*)\)", re.S)
+_PARAM_RE = re.compile(
+    r"\.param\s+(?:\.align\s+(\d+)\s+)?\.([usbf])(\d+)\s+(?:\.ptr\s+(?:\.\w+\s+)*)?"
+    r"(?:\.align\s+(\d+)\s+)?[\w$%]+\s*(?:\[(\d+)\])?")
+
+
+def ptx_entries(ptx: str) -> dict:
+    """Map each ``.entry`` name in PTX text to its parameter layout.
+
+    ``.param .u64 x`` -> UINT 8; ``.param .f32 x`` -> FLOAT 4; an array
+    ``.param .align 8 .b8 x[16]`` -> BYTES 16 aligned to 8; ``.ptr`` params
+    -> POINTER.
+    """
+    out = {}
+    for m in _ENTRY_RE.finditer(ptx):
+        name, body = m.group(1), m.group(2)
+        items = []
+        for p in body.split(","):
+            p = " ".join(p.split())
+            if not p:
+                continue
+            pm = _PARAM_RE.search(p)
+            if pm is None:
+                raise ValueError(f"cannot parse PTX parameter {p!r} of .entry {name}")
+            align_a, t, bits, align_b, count = pm.groups()
+            size = int(bits) // 8
+            if count is not None:
+                n = int(count) * size
+                items.append((BYTES, n, int(align_a or align_b or size)))
+            elif ".ptr" in p:
+                items.append((POINTER, 8, 8))
+            else:
+                kind = _PTX_TYPES[t]
+                items.append((kind, size, int(align_a or align_b or size)))
+        out[name] = _place(items)
+    return out
+
+
+_C_TYPES = {
+    "bool": (UINT, 1), "char": (INT, 1), "signed char": (INT, 1), "unsigned char": (UINT, 1),
+    "int8_t": (INT, 1), "uint8_t": (UINT, 1),
+    "short": (INT, 2), "unsigned short": (UINT, 2), "int16_t": (INT, 2), "uint16_t": (UINT, 2),
+    "int": (INT, 4), "unsigned": (UINT, 4), "unsigned int": (UINT, 4), "int32_t": (INT, 4), "uint32_t": (UINT, 4),
+    "long": (INT, 8), "unsigned long": (UINT, 8), "long long": (INT, 8), "unsigned long long": (UINT, 8),
+    "int64_t": (INT, 8), "uint64_t": (UINT, 8), "size_t": (UINT, 8), "ptrdiff_t": (INT, 8),
+    "half": (FLOAT, 2), "__half": (FLOAT, 2), "float": (FLOAT, 4), "double": (FLOAT, 8),
+    "float2": (BYTES, 8, 8), "float4": (BYTES, 16, 16), "double2": (BYTES, 16, 16),
+    "int2": (BYTES, 8, 8), "int4": (BYTES, 16, 16), "complex64": (BYTES, 8, 4), "complex128": (BYTES, 16, 8),
+}
+
+
+def _one_type(t):
+    if isinstance(t, str):
+        s = " ".join(t.replace("const ", " ").replace("__restrict__", "").split())
+        if s.endswith("*") or s in ("ptr", "pointer", "void*"):
+            return (POINTER, 8, 8)
+        if s in _C_TYPES:
+            v = _C_TYPES[s]
+            return (v[0], v[1], v[2] if len(v) > 2 else v[1])
+        try:
+            t = np.dtype(s)
+        except TypeError:
+            raise ValueError(f"unknown parameter type {t!r} in signature") from None
+    dt = np.dtype(t)
+    if dt.fields is not None or dt.kind == "V":
+        return (BYTES, dt.itemsize, dt.alignment)
+    if dt.kind == "c":
+        return (BYTES, dt.itemsize, dt.itemsize // 2)
+    kind = {"i": INT, "u": UINT, "b": UINT, "f": FLOAT}.get(dt.kind)
+    if kind is None:
+        raise ValueError(f"unsupported parameter dtype {dt} in signature")
+    return (kind, dt.itemsize, dt.alignment)
+
+
+def parse_signature(sig) -> list:
+    """Layout from a user signature: a C-like string (``"float*, const float*,
+    int, float"``) or a sequence of type names / numpy dtypes ("ptr" or any
+    ``T*`` is a device pointer; structured dtypes are structs)."""
+    if isinstance(sig, str):
+        parts = [p.strip() for p in sig.split(",")] if sig.strip() else []
+        # drop parameter names: "float* out" -> "float*"
+        cleaned = []
+        for p in parts:
+            m = re.match(r"^(.*?[\s\*])([A-Za-z_]\w*)$", p)
+            if m and m.group(1).strip() and " ".join(p.split()) not in _C_TYPES:
+                p = m.group(1).strip()
+            cleaned.append(p)
+        parts = cleaned
+    else:
+        parts = list(sig)
+    return _place([_one_type(p) for p in parts])
+
+
+def param_limit(driver_version: int, cc_major: int) -> int:
+    """Bytes of kernel parameters the driver accepts on this device."""
+    return PARAM_LIMIT_LARGE if driver_version >= 12010 and cc_major >= 7 else PARAM_LIMIT_CLASSIC
+
+
+def format_layout(layout) -> str:
+    return ", ".join(f"#{i} {p.describe()} @{p.offset}" for i, p in enumerate(layout))

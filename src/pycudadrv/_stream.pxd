@@ -1,0 +1,22 @@
+from pycudadrv._cuda cimport *
+from pycudadrv._device cimport Device
+
+cdef class Stream:
+    cdef CUstream handle
+    cdef readonly Device device
+    cdef bint owned
+    cdef bint closed
+    cdef object _owner          # keeps a foreign stream's owner alive
+    cdef public object _capture  # the capture in progress on this stream, if any
+
+    cdef int ensure_open(self) except -1
+
+cdef class Event:
+    cdef CUevent handle
+    cdef readonly Device device
+    cdef readonly bint timing
+    cdef bint recorded
+    cdef bint closed
+
+# The stream to use when the user passed `stream` (None -> the device's default).
+cdef Stream resolve_stream(object stream, Device device)

@@ -1,0 +1,281 @@
+"""compile(): CUDA C++ -> CUBIN (default) or PTX through NVRTC, loaded at run time.
+
+NVRTC is looked for, in order: ``$PYCUDADRV_NVRTC`` (a path), the
+``nvidia-cuda-nvrtc`` wheel (``pip install pycudadrv[nvrtc]``),
+``$CUDA_HOME``/``$CUDA_PATH``, ``/usr/local/cuda``, then the system loader.
+NVRTC needs no GPU: with ``arch`` given, compilation works on any machine.
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import threading
+from dataclasses import dataclass, field
+
+__all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrtc_version", "nvrtc_path"]
+
+
+class NvrtcUnavailableError(RuntimeError):
+    """NVRTC (libnvrtc) could not be found; the message lists where we looked."""
+
+
+class NvrtcError(RuntimeError):
+    """Compilation failed. ``.log`` is NVRTC's full log (with line numbers),
+    ``.options`` the options used, ``.nvrtc_version`` the compiler version."""
+
+    def __init__(self, message, log="", options=(), nvrtc_version=None, name="kernel.cu"):
+        self.log = log
+        self.options = tuple(options)
+        self.nvrtc_version = nvrtc_version
+        self.name = name
+        ver = f"{nvrtc_version[0]}.{nvrtc_version[1]}" if nvrtc_version else "?"
+        text = f"{message} (NVRTC {ver}, options: {' '.join(self.options) or '(none)'})"
+        if log:
+            text += f"\n--- compile log of {name} ---\n{log.rstrip()}"
+        super().__init__(text)
+
+    def __reduce__(self):
+        return (_rebuild_nvrtc_error, (self.args[0], self.log, self.options, self.nvrtc_version, self.name))
+
+
+def _rebuild_nvrtc_error(text, log, options, version, name):
+    e = NvrtcError.__new__(NvrtcError)
+    RuntimeError.__init__(e, text)
+    e.log, e.options, e.nvrtc_version, e.name = log, options, version, name
+    return e
+
+
+_lib = None
+_lib_path = None
+_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("PYCUDADRV_NVRTC")
+    if env:
+        yield env
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels
+
+        for base in list(nvidia.__path__):
+            for sub in ("cu13/lib", "cuda_nvrtc/lib", "cu12/lib"):
+                yield from sorted(glob.glob(os.path.join(base, sub, "libnvrtc.so*")), reverse=True)
+    except ImportError:
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            yield from sorted(glob.glob(os.path.join(root, "lib64", "libnvrtc.so*")), reverse=True)
+    yield from sorted(glob.glob("/usr/local/cuda/lib64/libnvrtc.so*"), reverse=True)
+    yield from ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
+
+
+def _load():
+    global _lib, _lib_path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is not None:
+            return _lib
+        tried = []
+        for cand in _candidates():
+            if "builtins" in os.path.basename(cand) or cand.endswith(".alt.so"):
+                continue
+            tried.append(cand)
+            try:
+                lib = ctypes.CDLL(cand)
+                lib.nvrtcVersion  # noqa: B018 -- is it NVRTC at all?
+            except (OSError, AttributeError):
+                continue
+            _declare(lib)
+            _lib, _lib_path = lib, cand
+            return lib
+        raise NvrtcUnavailableError(
+            "NVRTC (libnvrtc) not found; looked at: " + ", ".join(tried) +
+            ". Install it with `pip install nvidia-cuda-nvrtc` (or `pip install pycudadrv[nvrtc]`), "
+            "or set PYCUDADRV_NVRTC to the library's path.")
+
+
+def _declare(lib):
+    P, S, I, C = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p
+    sigs = {
+        "nvrtcVersion": [ctypes.POINTER(I), ctypes.POINTER(I)],
+        "nvrtcGetErrorString": [I],
+        "nvrtcCreateProgram": [ctypes.POINTER(P), C, C, I, ctypes.POINTER(C), ctypes.POINTER(C)],
+        "nvrtcDestroyProgram": [ctypes.POINTER(P)],
+        "nvrtcCompileProgram": [P, I, ctypes.POINTER(C)],
+        "nvrtcGetProgramLogSize": [P, ctypes.POINTER(S)],
+        "nvrtcGetProgramLog": [P, C],
+        "nvrtcGetPTXSize": [P, ctypes.POINTER(S)],
+        "nvrtcGetPTX": [P, C],
+        "nvrtcGetCUBINSize": [P, ctypes.POINTER(S)],
+        "nvrtcGetCUBIN": [P, C],
+        "nvrtcAddNameExpression": [P, C],
+        "nvrtcGetLoweredName": [P, C, ctypes.POINTER(C)],
+    }
+    for name, args in sigs.items():
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = C if name == "nvrtcGetErrorString" else I
+
+
+def nvrtc_version():
+    """``(major, minor)`` of the NVRTC that compile() uses.
+    Raises NvrtcUnavailableError when none is found."""
+    lib = _load()
+    a, b = ctypes.c_int(), ctypes.c_int()
+    lib.nvrtcVersion(ctypes.byref(a), ctypes.byref(b))
+    return (a.value, b.value)
+
+
+def nvrtc_path():
+    """Path of the NVRTC library compile() loaded."""
+    _load()
+    return _lib_path
+
+
+@dataclass
+class ObjectCode:
+    """A compiled image. ``image`` holds CUBIN (ELF) or PTX bytes per
+    ``target``; ``ptx`` the PTX text (also kept for CUBIN, so launches know each
+    parameter's type); ``log`` NVRTC's log; ``lowered_names`` maps each name
+    expression to its mangled name."""
+
+    image: bytes
+    target: str
+    arch: str
+    ptx: str | None = None
+    log: str = ""
+    options: tuple = ()
+    lowered_names: dict = field(default_factory=dict)
+    nvrtc_version: tuple = (0, 0)
+
+    def load(self, device=None):
+        """Load into ``device`` (current by default) through the module cache;
+        returns the Module."""
+        from pycudadrv._module import load_module
+
+        return load_module(self, device=device)
+
+    def __repr__(self):
+        return (f"<ObjectCode {self.target} for {self.arch}, {len(self.image)} bytes, "
+                f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]}>")
+
+
+def _check(lib, code, what, prog=None, options=(), name="kernel.cu"):
+    if code != 0:
+        msg = lib.nvrtcGetErrorString(code).decode()
+        log = _log(lib, prog) if prog is not None else ""
+        raise NvrtcError(f"{what} failed: {msg}", log, options, nvrtc_version(), name)
+
+
+def _log(lib, prog):
+    n = ctypes.c_size_t()
+    if lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n)) != 0 or n.value <= 1:
+        return ""
+    buf = ctypes.create_string_buffer(n.value)
+    lib.nvrtcGetProgramLog(prog, buf)
+    return buf.value.decode(errors="replace")
+
+
+def _default_arch():
+    from pycudadrv._device import get_current_device
+
+    return get_current_device().arch
+
+
+def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, name_expressions=(),
+            headers=None, include_paths=()):
+    """Compile CUDA C++ ``source`` with NVRTC.
+
+    Parameters
+    ----------
+    source : str
+        CUDA C++ source text. Kernels meant to be found by name should be
+        ``extern "C"``; templates go through ``name_expressions``.
+    target : {"cubin", "ptx"}
+        CUBIN for one architecture (the default: loads on a driver older than
+        NVRTC) or PTX (JIT-compiled by the driver, which must be at least as
+        new as NVRTC).
+    arch : str, optional
+        ``"sm_90"`` style; defaults to the current device's compute capability
+        (needs a GPU; give it explicitly to compile on a machine without one).
+    options : sequence of str
+        Extra NVRTC options, e.g. ``("-O3", "--use_fast_math", "-DN=4")``.
+    name_expressions : sequence of str
+        e.g. ``("axpy<float>",)``; their lowered names land in ``lowered_names``.
+    headers : dict of str -> str, optional
+        In-memory headers, name -> source.
+    include_paths : sequence of str
+        Directories passed as ``-I``.
+
+    Returns
+    -------
+    ObjectCode
+
+    Raises
+    ------
+    NvrtcError
+        Compilation failed; carries the full log, the options and the NVRTC version.
+    NvrtcUnavailableError
+        No NVRTC library found (names where it looked and the pip package).
+    ValueError
+        Unknown target or malformed arch.
+    """
+    if target not in ("cubin", "ptx"):
+        raise ValueError(f"target must be 'cubin' or 'ptx', got {target!r}")
+    lib = _load()
+    if arch is None:
+        arch = _default_arch()
+    arch = str(arch)
+    if arch.isdigit():
+        arch = "sm_" + arch
+    if not (arch.startswith("sm_") or arch.startswith("compute_")) or not arch.split("_", 1)[1].rstrip("af").isdigit():
+        raise ValueError(f"arch must look like 'sm_90' (or 'compute_90'), got {arch!r}")
+    num = arch.split("_", 1)[1]
+    gpu_arch = ("sm_" if target == "cubin" else "compute_") + num
+    opts = [f"-arch={gpu_arch}", *[f"-I{p}" for p in include_paths], *options]
+    headers = dict(headers or {})
+    src = source.encode() if isinstance(source, str) else bytes(source)
+    prog = ctypes.c_void_p()
+    hnames = (ctypes.c_char_p * max(len(headers), 1))(*[k.encode() for k in headers])
+    hsrcs = (ctypes.c_char_p * max(len(headers), 1))(*[v.encode() for v in headers.values()])
+    _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), len(headers),
+                                       hsrcs if headers else None, hnames if headers else None),
+           "nvrtcCreateProgram", options=opts, name=name)
+    try:
+        for expr in name_expressions:
+            _check(lib, lib.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression",
+                   options=opts, name=name)
+        copts = (ctypes.c_char_p * max(len(opts), 1))(*[o.encode() for o in opts])
+        code = lib.nvrtcCompileProgram(prog, len(opts), copts)
+        log = _log(lib, prog)
+        if code != 0:
+            raise NvrtcError(f"compiling {name} failed: {lib.nvrtcGetErrorString(code).decode()}",
+                             log, opts, nvrtc_version(), name)
+        lowered = {}
+        for expr in name_expressions:
+            out = ctypes.c_char_p()
+            _check(lib, lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(out)),
+                   "nvrtcGetLoweredName", options=opts, name=name)
+            lowered[expr] = out.value.decode()
+        n = ctypes.c_size_t()
+        ptx = None
+        if lib.nvrtcGetPTXSize(prog, ctypes.byref(n)) == 0 and n.value:
+            buf = ctypes.create_string_buffer(n.value)
+            _check(lib, lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX", options=opts, name=name)
+            ptx = buf.value.decode()
+        if target == "cubin":
+            _check(lib, lib.nvrtcGetCUBINSize(prog, ctypes.byref(n)), "nvrtcGetCUBINSize", options=opts, name=name)
+            buf = ctypes.create_string_buffer(n.value)
+            _check(lib, lib.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN", options=opts, name=name)
+            image = buf.raw[: n.value]
+        else:
+            if ptx is None:
+                raise NvrtcError("NVRTC produced no PTX", log, opts, nvrtc_version(), name)
+            image = ptx.encode()
+    finally:
+        lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return ObjectCode(image=image, target=target, arch=gpu_arch, ptx=ptx, log=log, options=tuple(opts),
+                      lowered_names=lowered, nvrtc_version=nvrtc_version())

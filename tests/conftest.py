@@ -1,0 +1,36 @@
+import os
+
+import numpy as np
+import pytest
+
+
+def _gpu_skip_reason():
+    import pycudadrv
+
+    try:
+        pycudadrv.require()
+    except pycudadrv.CudaUnavailableError as e:
+        return f"no usable CUDA device: {e}"
+    if pycudadrv.device_count() == 0:
+        return "no usable CUDA device: the driver reports none"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    if any("gpu" in item.keywords for item in items):
+        reason = _gpu_skip_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded freshly for every test (the seed is printed on failure)."""
+    seed = int.from_bytes(os.urandom(8), "little")
+    print(f"rng seed: {seed}")
+    return np.random.default_rng(seed)

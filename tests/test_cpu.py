@@ -1,0 +1,180 @@
+"""Tests that need no GPU: they run in CI."""
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pycudadrv as cd
+from pycudadrv import _signature as sig
+
+
+# --- FNV-1a -------------------------------------------------------------------
+
+@pytest.mark.parametrize("data, expected", [
+    (b"", 0xcbf29ce484222325),
+    (b"a", 0xaf63dc4c8601ec8c),
+    (b"foobar", 0x85944171f73967e8),
+])
+def test_fnv1a64_reference_vectors(data, expected):
+    assert cd.fnv1a64(data) == expected
+
+
+def test_fnv1a64_accepts_any_bytes_like():
+    assert cd.fnv1a64(bytearray(b"foobar")) == 0x85944171f73967e8
+    assert cd.fnv1a64(memoryview(b"foobar")) == 0x85944171f73967e8
+    assert cd.fnv1a64(np.frombuffer(b"foobar", dtype=np.uint8)) == 0x85944171f73967e8
+
+
+# --- image kinds ----------------------------------------------------------------
+
+def test_image_kind_tells_elf_fatbin_and_ptx_apart():
+    assert cd.image_kind(b"\x7fELF\x02\x01\x01") == "cubin"
+    assert cd.image_kind(b"\x50\xed\x55\xba\x01\x00") == "fatbin"
+    assert cd.image_kind(b"//\n.version 8.0\n.target sm_90\n") == "ptx"
+
+
+def test_image_kind_rejects_empty_and_binary_garbage():
+    with pytest.raises(ValueError, match="empty"):
+        cd.image_kind(b"")
+    with pytest.raises(ValueError, match="neither PTX"):
+        cd.image_kind(b"\x00\x01\x02\x03\xff\xfe")
+
+
+# --- import and errors without a driver --------------------------------------------
+
+def _run_without_driver(code):
+    env = dict(os.environ, PYCUDADRV_LIBCUDA="/nonexistent/libcuda.so.1")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_import_works_without_a_driver_and_first_use_says_what_is_missing():
+    r = _run_without_driver("""
+        import pycudadrv as cd
+        assert cd.is_available() is False
+        try:
+            cd.Device(0)
+        except cd.CudaUnavailableError as e:
+            print("MSG:", e)
+        else:
+            raise SystemExit("no error")
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "MSG: CUDA driver library not found" in r.stdout
+    assert "/nonexistent/libcuda.so.1" in r.stdout
+
+
+def test_main_job_without_a_driver_prints_one_line_and_fails():
+    r = _run_without_driver("import sys, pycudadrv.__main__ as m; sys.exit(m.main([]))")
+    assert r.returncode == 1
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("pycudadrv: CUDA unavailable:")
+
+
+def test_cuda_error_carries_code_name_description_and_call_and_pickles():
+    e = cd.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuMemAlloc", "allocating 8 bytes")
+    assert (e.code, e.name, e.call) == (1, "CUDA_ERROR_INVALID_VALUE", "cuMemAlloc")
+    assert str(e).startswith("CUDA_ERROR_INVALID_VALUE (1): invalid argument [in cuMemAlloc]")
+    e2 = pickle.loads(pickle.dumps(e))
+    assert (e2.code, e2.name, e2.description, e2.call, e2.context) == (
+        1, "CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuMemAlloc", "allocating 8 bytes")
+
+
+def test_generated_tables_match_cuda_h():
+    assert cd.DEVICE_ATTRIBUTES["CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK"] == 1
+    assert cd.DEVICE_ATTRIBUTES["CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"] == 16
+    assert cd.FUNCTION_ATTRIBUTES["CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"] == 0
+    assert cd.MIN_DRIVER_VERSION == 12000
+
+
+# --- NVRTC (needs no GPU) ------------------------------------------------------------
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+def test_compile_to_ptx_gives_text_with_the_entry_signature():
+    obj = cd.compile(SAXPY, target="ptx", arch="sm_90")
+    assert obj.target == "ptx" and cd.image_kind(obj.image) == "ptx"
+    layout = sig.ptx_entries(obj.image.decode())["saxpy"]
+    assert [(p.kind, p.size, p.offset) for p in layout] == [
+        (sig.INTEGER, 8, 0), (sig.INTEGER, 8, 8), (sig.FLOAT, 4, 16), (sig.INTEGER, 4, 20)]
+
+
+def test_compile_to_cubin_gives_elf_for_the_arch_and_keeps_the_ptx():
+    obj = cd.compile(SAXPY, arch="sm_90")
+    assert obj.target == "cubin" and obj.image[:4] == b"\x7fELF" and obj.arch == "sm_90"
+    assert ".entry saxpy" in obj.ptx
+
+
+def test_compile_error_carries_log_with_line_numbers_options_and_version():
+    with pytest.raises(cd.NvrtcError) as ei:
+        cd.compile("extern \"C\" __global__ void k() {\n  undefined_thing = 1;\n}\n", arch="sm_90",
+                   options=("-DFOO=1",), name="broken.cu")
+    e = ei.value
+    assert "broken.cu(2)" in e.log and "undefined_thing" in e.log
+    assert "-DFOO=1" in e.options and "-arch=sm_90" in e.options
+    assert e.nvrtc_version == cd.nvrtc_version()
+    assert "broken.cu(2)" in str(e)
+
+
+def test_compile_name_expressions_return_lowered_names():
+    src = "template <typename T> __global__ void fill(T* p, T v) { p[threadIdx.x] = v; }"
+    obj = cd.compile(src, arch="sm_90", name_expressions=("fill<float>", "fill<int>"))
+    assert obj.lowered_names["fill<float>"].startswith("_Z") and obj.lowered_names["fill<float>"] != \
+        obj.lowered_names["fill<int>"]
+
+
+def test_compile_headers_dict_is_used():
+    obj = cd.compile('#include "scale.h"\nextern "C" __global__ void k(float* p) { p[0] = SCALE; }',
+                     arch="sm_90", headers={"scale.h": "#define SCALE 3.0f\n"}, target="ptx")
+    assert b".entry k" in obj.image
+
+
+def test_compile_rejects_bad_target_and_arch():
+    with pytest.raises(ValueError, match="target"):
+        cd.compile(SAXPY, target="sass", arch="sm_90")
+    with pytest.raises(ValueError, match="arch"):
+        cd.compile(SAXPY, arch="hopper")
+
+
+# --- signatures ------------------------------------------------------------------------
+
+def test_signature_string_gives_natural_offsets():
+    layout = sig.parse_signature("float* out, char* out2, float f, char c, double d")
+    assert [(p.kind, p.size, p.offset) for p in layout] == [
+        (sig.POINTER, 8, 0), (sig.POINTER, 8, 8), (sig.FLOAT, 4, 16), (sig.INT, 1, 20), (sig.FLOAT, 8, 24)]
+
+
+def test_signature_with_struct_dtype_is_padded_to_its_alignment():
+    pair = np.dtype([("a", np.int8), ("b", np.float64)], align=True)
+    layout = sig.parse_signature(["char", pair, "int"])
+    assert [(p.size, p.align, p.offset) for p in layout] == [(1, 1, 0), (16, 8, 8), (4, 4, 24)]
+
+
+def test_ptx_entries_parse_arrays_pointers_and_several_entries():
+    ptx = """
+    .visible .entry first(
+        .param .u64 .ptr .global .align 4 first_param_0,
+        .param .align 8 .b8 first_param_1[16],
+        .param .u8 first_param_2
+    )
+    .visible .entry second()
+    """
+    e = sig.ptx_entries(ptx)
+    assert [(p.kind, p.size, p.offset) for p in e["first"]] == [
+        (sig.POINTER, 8, 0), (sig.BYTES, 16, 8), (sig.INTEGER, 1, 24)]
+    assert e["second"] == []
+
+
+def test_unknown_signature_type_is_an_error():
+    with pytest.raises(ValueError, match="unknown parameter type"):
+        sig.parse_signature("float*, quaternion")

@@ -1,0 +1,153 @@
+"""The argument arena and the value -> bytes rules, without a GPU
+(``pycudadrv.pack_arguments`` runs exactly the launch path's marshalling)."""
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import pycudadrv as cd
+from pycudadrv import _signature as sig
+
+
+def pack(layout, *args):
+    return cd.pack_arguments(layout, list(args))[0]
+
+
+@pytest.mark.parametrize("value, ctype, expected", [
+    (np.bool_(True), "bool", b"\x01"),
+    (np.int8(-2), "int8_t", b"\xfe"),
+    (np.uint8(250), "uint8_t", b"\xfa"),
+    (np.int16(-2), "short", struct.pack("<h", -2)),
+    (np.uint16(65000), "unsigned short", struct.pack("<H", 65000)),
+    (np.int32(-123456), "int", struct.pack("<i", -123456)),
+    (np.uint32(4000000000), "unsigned int", struct.pack("<I", 4000000000)),
+    (np.int64(-(2**40)), "long long", struct.pack("<q", -(2**40))),
+    (np.uint64(2**63 + 5), "unsigned long long", struct.pack("<Q", 2**63 + 5)),
+    (np.float16(1.5), "half", b"\x00\x3e"),
+    (np.float32(0.1), "float", struct.pack("<f", 0.1)),
+    (np.float64(0.1), "double", struct.pack("<d", 0.1)),
+    (np.complex64(1 + 2j), "complex64", struct.pack("<ff", 1, 2)),
+    (np.complex128(1 + 2j), "complex128", struct.pack("<dd", 1, 2)),
+])
+def test_numpy_scalars_are_copied_bit_for_bit(value, ctype, expected):
+    assert pack(ctype, value) == [expected]
+
+
+@pytest.mark.parametrize("ctype, value, expected", [
+    ("float", 2.0, struct.pack("<f", 2.0)),
+    ("double", 2.0, struct.pack("<d", 2.0)),
+    ("half", 1.5, b"\x00\x3e"),
+    ("char", 7, b"\x07"),
+    ("char", -1, b"\xff"),
+    ("short", -3, struct.pack("<h", -3)),
+    ("unsigned int", 4294967295, b"\xff\xff\xff\xff"),
+    ("long long", -5, struct.pack("<q", -5)),
+    ("unsigned long long", 2**64 - 1, b"\xff" * 8),
+    ("float", 3, struct.pack("<f", 3.0)),   # int into a float parameter converts, as in C
+    ("int", True, struct.pack("<i", 1)),
+    ("complex64", 1.5 - 2j, struct.pack("<ff", 1.5, -2)),
+    ("float*", None, b"\x00" * 8),
+    ("float*", 0x7f00_0000_1000, struct.pack("<Q", 0x7f00_0000_1000)),
+])
+def test_python_values_take_their_parameters_width(ctype, value, expected):
+    assert pack(ctype, value) == [expected]
+
+
+def test_issue_example_float_and_char_are_never_zero():
+    out = pack("float*, char*, float, char", None, None, 2.0, 7)
+    assert out[2] == struct.pack("<f", 2.0) and out[3] == b"\x07"
+
+
+def test_bool_is_not_taken_for_a_64_bit_int():
+    assert pack("bool", True) == [b"\x01"]
+    assert pack("unsigned char", False) == [b"\x00"]
+
+
+def test_struct_parameter_from_structured_scalar_and_bytes():
+    pair = np.dtype([("a", np.int8), ("b", np.float64)], align=True)
+    v = np.zeros((), dtype=pair)
+    v["a"], v["b"] = 3, 2.5
+    out = pack([pair], v[()])
+    assert len(out[0]) == 16 and out[0][0] == 3 and out[0][8:] == struct.pack("<d", 2.5)
+    assert pack([pair], bytes(range(16))) == [bytes(range(16))]
+
+
+def test_every_slot_is_16_byte_aligned_and_values_do_not_overlap():
+    pair = np.dtype([("a", np.int8), ("b", np.float64), ("c", np.int32)], align=True)  # 24 bytes
+    out, addrs, spilled = cd.pack_arguments(["char", pair, "double", "char"],
+                                            [1, bytes(24), 2.0, 3])
+    assert all(a % 16 == 0 for a in addrs)
+    assert addrs[1] - addrs[0] == 16 and addrs[2] - addrs[1] == 32 and addrs[3] - addrs[2] == 16
+    assert not spilled
+
+
+def test_arena_spills_to_the_heap_beyond_inline_capacity_and_keeps_every_value():
+    n = 100  # inline room is 64 slots / 64 parameters
+    values = [np.int64(i * 1_000_003) for i in range(n)]
+    out, addrs, spilled = cd.pack_arguments(["long long"] * n, values)
+    assert spilled
+    assert [struct.unpack("<q", b)[0] for b in out] == [i * 1_000_003 for i in range(n)]
+    assert all(a % 16 == 0 for a in addrs)
+
+
+def test_arena_inline_holds_32_scalar_arguments_without_spilling():
+    _, _, spilled = cd.pack_arguments(["float"] * 32, [1.0] * 32)
+    assert not spilled
+
+
+@pytest.mark.parametrize("ctype, value, match", [
+    ("float*", 2.0, "pointer-sized parameter"),
+    ("unsigned long long", 2.0, "pointer-sized parameter"),
+    ("int", 2.5, "non-floating-point"),
+    ("char", 128, "out of range for a 8-bit signed integer"),
+    ("unsigned char", -1, "out of range for a 8-bit unsigned integer"),
+    ("int", 2**31, "out of range"),
+    ("long long", 2**63, "out of range"),
+    ("float", np.float64(1.0), "expected exactly 4 bytes, the value has 8"),
+    ("double", np.float32(1.0), "expected exactly 8 bytes, the value has 4"),
+    ("int", np.int64(1), "expected exactly 4 bytes"),
+    ("float*", np.zeros(2), "host numpy array"),
+    ("float*", -8, "must be >= 0"),
+    ("float", "1.0", "unsupported argument type"),
+    ("float", object(), "unsupported argument type"),
+])
+def test_wrong_values_raise_type_error_naming_kernel_parameter_size_and_value(ctype, value, match):
+    with pytest.raises(TypeError, match=match) as ei:
+        cd.pack_arguments(["int", ctype], [1, value], name="my_kernel")
+    msg = str(ei.value)
+    assert "kernel 'my_kernel', parameter #1" in msg
+    assert "bytes" in msg
+
+
+def test_wrong_argument_count_is_a_type_error():
+    with pytest.raises(TypeError, match="takes 2 arguments, 3 given"):
+        cd.pack_arguments("float*, int", [None, 1, 2])
+
+
+def test_parameter_space_over_the_limit_lists_offsets_and_sizes():
+    with pytest.raises(ValueError) as ei:
+        cd.pack_arguments(["complex128"] * 2100, [0j] * 2100)
+    msg = str(ei.value)
+    assert "exceed the driver's limit of 32764 bytes" in msg and "#0: offset 0 size 16" in msg
+
+
+_scalar_types = ["char", "unsigned char", "short", "int", "unsigned int", "long long", "float", "double",
+                 "half", "float*", "bool"]
+_values = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=True), st.booleans(), st.none(),
+    st.complex_numbers(), st.binary(max_size=40), st.sampled_from([np.int8(1), np.float32(2), np.int64(-3),
+                                                                    np.float16(0.5), np.uint32(7)]),
+    st.text(max_size=3), st.lists(st.integers(), max_size=3))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_scalar_types), _values), max_size=80))
+def test_marshalling_never_crashes_and_either_packs_exact_sizes_or_raises(pairs):
+    layout = sig.parse_signature([t for t, _ in pairs])
+    try:
+        out, addrs, _ = cd.pack_arguments(layout, [v for _, v in pairs])
+    except (TypeError, OverflowError):
+        return
+    assert [len(b) for b in out] == [p.size for p in layout]
+    assert all(a % 16 == 0 for a in addrs)
