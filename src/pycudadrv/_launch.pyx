@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Kernel-parameter marshalling and launches (generic and prepared)."""
+cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, uintptr_t, INT64_MIN
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
@@ -460,6 +461,8 @@ cdef class LaunchConfig:
         return self.shared_mem_bytes
 
 
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
 cdef class Function:
     """A kernel entry point of a loaded Module (``cuModuleGetFunction``).
 
@@ -685,6 +688,8 @@ cdef class Function:
         return f"<Function '{self.name}', {n} params ({self.layout_source}), device {self.device.ordinal}>"
 
 
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
 cdef class PreparedLaunch:
     """A launch of one kernel with its configuration and argument storage
     prepared once (``fn.bind(grid, block, *args, ...)``).

@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Device memory: Buffer (device allocation or a view of one) and asbuffer()."""
+cimport cython
 from libc.stdint cimport uintptr_t, uint64_t, uint8_t, uint16_t, uint32_t
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
@@ -54,6 +55,8 @@ def _shape_dtype(shape, dtype):
     return shape, dt, count * (dt.itemsize if dt is not None else 1)
 
 
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
 cdef class Buffer:
     """A device allocation, or a view of part of one.
 
@@ -387,7 +390,7 @@ cdef class Buffer:
 
     def __dealloc__(self):
         cdef pycudadrv_driver_api* d
-        if self.owned and not self.closed and self.ptr != 0:
+        if self.owned and not self.closed and self.ptr != 0 and self.device is not None:
             try:
                 d = driver()
                 d.p_cuCtxSetCurrent(self.device.context)

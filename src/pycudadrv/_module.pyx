@@ -1,6 +1,7 @@
 # cython: language_level=3
 """Modules: loading PTX/CUBIN/fatbin images through a per-context cache keyed
 by the FNV-1a 64-bit hash of the image bytes, and looking up functions."""
+cimport cython
 from libc.stdint cimport uintptr_t, uint64_t
 from libc.stdlib cimport malloc, free
 from pycudadrv._cuda cimport *
@@ -108,6 +109,8 @@ def module_cache_size():
     return len(_cache)
 
 
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
 cdef class Module:
     """A loaded CUDA module. Get one from :func:`load_module` or
     ``compile(...).load()``; ``module.function(name)`` looks up a kernel."""

@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Streams and events."""
+cimport cython
 from libc.stdint cimport uintptr_t
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
@@ -17,6 +18,8 @@ cdef Stream resolve_stream(object stream, Device device):
     return Stream.from_handle(stream, device)
 
 
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
 cdef class Stream:
     """An owned CUDA stream (``cuStreamCreate`` with ``CU_STREAM_NON_BLOCKING``).
 
@@ -181,6 +184,8 @@ cdef class Stream:
         return f"<Stream 0x{<uintptr_t>self.handle:x} on device {dev}, {state}>"
 
 
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
 cdef class Event:
     """A CUDA event (``cuEventCreate``), for timing (the default) or, with
     ``timing=False``, for synchronisation only (cheaper to record).

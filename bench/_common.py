@@ -1,0 +1,326 @@
+"""Shared pieces of the pycudadrv benchmarks.
+
+* :func:`build_c_floor` compiles ``bench/c_floor.c`` with the system C compiler
+  into a temporary shared library and loads it with ctypes (:class:`CFloor`).
+* :class:`ParamArray` is a C ``void* kernelParams[]`` over ctypes values.
+* :class:`Row` and :func:`run_interleaved` run every row of a benchmark in
+  turn, round after round, with the C floor first and last in each round, and
+  keep each round's figures so that only same-round ratios are taken.
+* :func:`summarize`, :func:`environment` and :func:`write_json` produce the
+  report.
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import datetime as _dt
+import glob
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
+C_FLOOR_SOURCE = BENCH_DIR / "c_floor.c"
+
+
+class BenchSetupError(RuntimeError):
+    """Something the benchmark cannot run without (CUDA, a C compiler, cuda.h)."""
+
+
+# --------------------------------------------------------------------------- C floor
+
+def find_cuda_include() -> str:
+    """The directory holding ``cuda.h``: $CUDA_HOME/include, $CUDA_PATH/include,
+    /usr/local/cuda/include, /usr/local/cuda-*/include, the nvidia-* wheels,
+    then /usr/include (the same search as pycudadrv's setup.py, plus a few)."""
+    cands: list[str] = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            cands.append(os.path.join(root, "include"))
+    cands.append("/usr/local/cuda/include")
+    cands += sorted(glob.glob("/usr/local/cuda-*/include"), reverse=True)
+    try:
+        import nvidia  # namespace package of the nvidia-* wheels
+
+        for base in list(nvidia.__path__):
+            cands += sorted(glob.glob(os.path.join(base, "*", "include")))
+    except ImportError:
+        pass
+    cands.append("/usr/include")
+    for inc in cands:
+        if os.path.isfile(os.path.join(inc, "cuda.h")):
+            return inc
+    raise BenchSetupError("cuda.h not found (needed to compile the C floor); looked in: " + ", ".join(cands)
+                          + ". Set CUDA_HOME or `pip install nvidia-cuda-runtime`.")
+
+
+def find_compiler() -> str:
+    """$CC, else the first of cc, gcc, clang on PATH."""
+    for cand in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cand and shutil.which(cand.split()[0]):
+            return cand
+    raise BenchSetupError("no C compiler found ($CC, cc, gcc, clang); the C floor needs one")
+
+
+class ParamArray:
+    """A C ``void* kernelParams[N]`` whose entries point at ctypes values.
+
+    ``ParamArray(ctypes.c_void_p(ptr), ctypes.c_int(0), ctypes.c_float(1.0))``
+    keeps the values alive; :attr:`address` is the ``void**`` as an int and
+    :attr:`array` the ctypes array itself (pass either to a C function)."""
+
+    def __init__(self, *values):
+        self.values = tuple(values)
+        self.array = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.array)
+
+    def __len__(self):
+        return len(self.values)
+
+
+class CFloor:
+    """The compiled ``c_floor.c``: loops of driver calls timed in C."""
+
+    def __init__(self, lib: ctypes.CDLL, path: str, compiler: str, compiler_version: str, include_dir: str):
+        self.lib = lib
+        self.path = path
+        self.compiler = compiler
+        self.compiler_version = compiler_version
+        self.include_dir = include_dir
+        P, U, I, D = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_double
+        lib.floor_init.argtypes, lib.floor_init.restype = [ctypes.c_char_p], I
+        lib.floor_init_error.argtypes, lib.floor_init_error.restype = [], ctypes.c_char_p
+        lib.floor_launch_kernel_fn.argtypes, lib.floor_launch_kernel_fn.restype = [], P
+        lib.floor_error_name.argtypes, lib.floor_error_name.restype = [I], ctypes.c_char_p
+        lib.floor_launch_loop.argtypes, lib.floor_launch_loop.restype = [P, P, P, I], D
+        lib.floor_launch_loop_dims.argtypes = [P, U, U, U, P, P, I]
+        lib.floor_launch_loop_dims.restype = D
+        lib.floor_graph_launch_loop.argtypes, lib.floor_graph_launch_loop.restype = [P, P, I], D
+
+    def init(self, libcuda_path: str | None = None) -> None:
+        """Resolve cuLaunchKernel / cuGraphLaunch from the libcuda already loaded
+        (call after pycudadrv has initialised the driver)."""
+        path = libcuda_path or os.environ.get("PYCUDADRV_LIBCUDA", "libcuda.so.1")
+        rc = self.lib.floor_init(path.encode())
+        if rc != 0:
+            raise BenchSetupError(f"C floor: floor_init({path!r}) = {rc}: "
+                                  f"{self.lib.floor_init_error().decode(errors='replace')}")
+
+    def error_name(self, code: int) -> str:
+        """The CUresult's name (``cuGetErrorName``), or "?"."""
+        return self.lib.floor_error_name(code).decode(errors="replace")
+
+    def _check(self, seconds: float, what: str) -> int:
+        """Seconds from a C loop -> nanoseconds; a negative value is -(CUresult)."""
+        if seconds < 0:
+            code = int(round(-seconds))
+            raise RuntimeError(f"C floor: {what} failed: {self.error_name(code)} ({code})")
+        return int(round(seconds * 1e9))
+
+    def launch_loop(self, func: int, stream: int, params: ParamArray | None, iters: int) -> int:
+        """``iters`` x ``cuLaunchKernel(func, grid 1, block 32, 0, stream, params, NULL)``;
+        returns the elapsed nanoseconds measured in C."""
+        p = None if params is None else params.address
+        return self._check(self.lib.floor_launch_loop(func, stream, p, iters), "cuLaunchKernel loop")
+
+    def launch_loop_dims(self, func: int, grid_x: int, block_x: int, shared_mem_bytes: int, stream: int,
+                         params: ParamArray | None, iters: int) -> int:
+        p = None if params is None else params.address
+        return self._check(self.lib.floor_launch_loop_dims(func, grid_x, block_x, shared_mem_bytes, stream, p,
+                                                           iters), "cuLaunchKernel loop")
+
+    def graph_launch_loop(self, graph_exec: int, stream: int, iters: int) -> int:
+        """``iters`` x ``cuGraphLaunch(graph_exec, stream)``; elapsed nanoseconds."""
+        return self._check(self.lib.floor_graph_launch_loop(graph_exec, stream, iters), "cuGraphLaunch loop")
+
+
+def _compiler_version(cc: str) -> str:
+    try:
+        out = subprocess.run(cc.split() + ["--version"], capture_output=True, text=True, timeout=30)
+        return (out.stdout or out.stderr).splitlines()[0].strip()
+    except Exception as e:  # noqa: BLE001 -- informational only
+        return f"unknown ({e})"
+
+
+def build_c_floor(source: Path = C_FLOOR_SOURCE) -> CFloor:
+    """Compile ``source`` into a temporary shared library and load it (not yet
+    initialised: call :meth:`CFloor.init` once pycudadrv has loaded the driver).
+    Raises BenchSetupError when the compiler or cuda.h is missing or the
+    compile fails (with the compiler's output)."""
+    cc = find_compiler()
+    inc = find_cuda_include()
+    tmp = tempfile.mkdtemp(prefix="pycudadrv-bench-")
+    atexit.register(shutil.rmtree, tmp, True)
+    out = os.path.join(tmp, "c_floor.so")
+    cmd = cc.split() + ["-O2", "-shared", "-fPIC", f"-I{inc}", str(source), "-o", out, "-ldl"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BenchSetupError(f"compiling the C floor failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+    return CFloor(ctypes.CDLL(out), out, " ".join(cmd), _compiler_version(cc), inc)
+
+
+# --------------------------------------------------------------------------- interleaved rounds
+
+@dataclass
+class Row:
+    """One line of a benchmark table.
+
+    ``run(n)`` makes ``n`` launches and returns the nanoseconds they took (its
+    own timing region covers the launches only); ``sync()`` waits for the
+    row's stream. A row that is not ``essential`` (a peer library) is dropped,
+    with the reason kept, if it raises; an essential one stops the benchmark."""
+
+    name: str
+    run: Callable[[int], int]
+    sync: Callable[[], None]
+    essential: bool = True
+    target: float | None = None
+    note: str = ""
+
+
+@dataclass
+class Interleaved:
+    """Per-round figures of one interleaved benchmark (nanoseconds per round)."""
+
+    launches: int
+    floor_first_ns: list
+    floor_last_ns: list
+    rows: dict          # name -> list of ns per round
+    drain_ns: dict      # name -> list of ns the row's stream took to drain after its launches
+    dropped: dict       # name -> reason
+
+    @property
+    def floor_ns(self) -> list:
+        return [(a + b) / 2 for a, b in zip(self.floor_first_ns, self.floor_last_ns)]
+
+    def ratios(self, name: str) -> list:
+        return [t / f for t, f in zip(self.rows[name], self.floor_ns)]
+
+    def per_launch_us(self, values_ns) -> list:
+        return [v / self.launches / 1e3 for v in values_ns]
+
+
+def _time_row(row: Row, n: int) -> tuple[int, int]:
+    """(launch ns, drain ns): the row's launches, then its stream's synchronize
+    (timed apart), so the next row starts with nothing queued."""
+    from time import perf_counter_ns
+
+    elapsed = row.run(n)
+    t0 = perf_counter_ns()
+    row.sync()
+    return elapsed, perf_counter_ns() - t0
+
+
+def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, warmup_rounds: int = 1,
+                    rotate: bool = True, sync_all: Callable[[], None] | None = None,
+                    label: str = "", log: Callable[[str], None] = print) -> Interleaved:
+    """Run ``warmup_rounds`` uncounted rounds, then ``rounds`` rounds. Each round
+    times ``floor``, every row in turn (their order rotated by one each round
+    when ``rotate``, so no row always follows the floor), then ``floor`` again;
+    the round's floor is the mean of its two floor measurements. ``sync_all``
+    ends each round (every stream idle)."""
+    rows = list(rows)
+    res = Interleaved(launches, [], [], {r.name: [] for r in rows}, {r.name: [] for r in rows}, {})
+    res.drain_ns[floor.name] = []
+    total = warmup_rounds + rounds
+    for k in range(total):
+        counted = k >= warmup_rounds
+        shift = (k % len(rows)) if (rotate and rows) else 0
+        order = rows[shift:] + rows[:shift]
+        first, d0 = _time_row(floor, launches)
+        for row in order:
+            if row.name in res.dropped:
+                continue
+            try:
+                t, d = _time_row(row, launches)
+            except Exception as e:  # noqa: BLE001 -- a peer failing must not stop the benchmark
+                if row.essential:
+                    raise
+                res.dropped[row.name] = f"{type(e).__name__}: {e}"
+                log(f"  [{label}] {row.name}: dropped ({res.dropped[row.name]})")
+                try:
+                    row.sync()
+                except Exception:  # noqa: BLE001
+                    pass
+                continue
+            if counted:
+                res.rows[row.name].append(t)
+                res.drain_ns[row.name].append(d)
+        last, d1 = _time_row(floor, launches)
+        if sync_all is not None:
+            sync_all()
+        if counted:
+            res.floor_first_ns.append(first)
+            res.floor_last_ns.append(last)
+            res.drain_ns[floor.name].append((d0 + d1) / 2)
+            fl = (first + last) / 2
+            log(f"  [{label}] round {k - warmup_rounds + 1}/{rounds}: floor "
+                f"{fl / launches / 1e3:.3f} us/launch")
+        else:
+            log(f"  [{label}] warm-up round {k + 1}/{warmup_rounds} done")
+    for name in list(res.dropped):
+        res.rows.pop(name, None)
+        res.drain_ns.pop(name, None)
+    return res
+
+
+def summarize(values: list) -> dict:
+    """median / min / max / mean (and the values' count) of a list of numbers."""
+    if not values:
+        return {"n": 0}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "mean": statistics.fmean(values), "n": len(values)}
+
+
+# --------------------------------------------------------------------------- environment and output
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def environment() -> dict:
+    """Host facts worth keeping next to the figures."""
+    import numpy as np
+
+    env = {
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+    }
+    try:
+        env["cpu_affinity"] = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        pass
+    return env
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=False)
+        f.write("\n")
+    os.replace(tmp, path)

@@ -1,0 +1,173 @@
+/*
+ * c_floor.c -- the "C floor" of the pycudadrv benchmarks: the cost of a bare
+ * loop of driver calls (cuLaunchKernel, cuGraphLaunch) made from C, with
+ * nothing between the calls but the loop itself and a CUresult check.
+ *
+ * The benchmarks compile this file at run time with the system compiler
+ *   cc -O2 -shared -fPIC -I<cuda include dir> c_floor.c -o c_floor.so -ldl
+ * and call it through ctypes from the same Python process as the Python rows,
+ * so every ratio compares two measurements taken on the same machine, in the
+ * same process, minutes (not runs) apart.
+ *
+ * Nothing here links against libcuda. floor_init() finds the libcuda.so.1
+ * that pycudadrv has already loaded (dlopen of an already loaded library
+ * returns that same instance) and resolves the entry points through
+ * cuGetProcAddress_v2, the way pycudadrv itself does; the loops then call the
+ * driver through those function pointers on whatever context is current on
+ * the calling thread (pycudadrv makes the device's primary context current).
+ *
+ * Exported (all return without touching Python; ctypes releases the GIL):
+ *   int         floor_init(const char* libcuda_path);   0, or an error code
+ *   const char* floor_init_error(void);                 text for that code
+ *   double      floor_launch_loop(void* func, void* stream, void** params, int iters);
+ *   double      floor_launch_loop_dims(void* func, unsigned int grid_x, unsigned int block_x,
+ *                                      unsigned int shared_mem_bytes, void* stream,
+ *                                      void** params, int iters);
+ *   double      floor_graph_launch_loop(void* graph_exec, void* stream, int iters);
+ *   void*       floor_launch_kernel_fn(void);           the resolved cuLaunchKernel
+ *   const char* floor_error_name(int code);             cuGetErrorName(code), or "?"
+ * The loops return the elapsed seconds (CLOCK_MONOTONIC around the loop), or
+ * -(CUresult) of the first failing call (so a value < 0 is an error).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <time.h>
+
+typedef CUresult (*launch_kernel_t)(CUfunction, unsigned int, unsigned int, unsigned int,
+                                    unsigned int, unsigned int, unsigned int, unsigned int,
+                                    CUstream, void **, void **);
+typedef CUresult (*graph_launch_t)(CUgraphExec, CUstream);
+typedef CUresult (*get_error_name_t)(CUresult, const char **);
+typedef CUresult (*get_proc_address_t)(const char *, void **, int, cuuint64_t,
+                                       CUdriverProcAddressQueryResult *);
+
+static launch_kernel_t p_launch_kernel = NULL;
+static graph_launch_t p_graph_launch = NULL;
+static get_error_name_t p_get_error_name = NULL;
+static char init_error[512] = "floor_init() has not been called";
+
+/* Error codes of floor_init() besides a CUresult from cuGetProcAddress. */
+enum { FLOOR_ERR_DLOPEN = -1, FLOOR_ERR_GETPROC = -2, FLOOR_ERR_NOFUNC = -3 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Resolve `name` at ABI version `version`; 0 on success, else a CUresult or
+ * FLOOR_ERR_NOFUNC, with init_error filled in. */
+static int resolve(get_proc_address_t getproc, const char *name, int version, void **out) {
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SUCCESS;
+    CUresult r;
+    *out = NULL;
+    r = getproc(name, out, version, CU_GET_PROC_ADDRESS_DEFAULT, &status);
+    if (r != CUDA_SUCCESS) {
+        snprintf(init_error, sizeof init_error, "cuGetProcAddress(%s, %d) failed: CUresult %d", name,
+                 version, (int)r);
+        return (int)r;
+    }
+    if (*out == NULL || status != CU_GET_PROC_ADDRESS_SUCCESS) {
+        snprintf(init_error, sizeof init_error, "cuGetProcAddress(%s, %d): symbol not found (status %d)",
+                 name, version, (int)status);
+        *out = NULL;
+        return FLOOR_ERR_NOFUNC;
+    }
+    return 0;
+}
+
+int floor_init(const char *libcuda_path) {
+    const char *path = (libcuda_path != NULL && libcuda_path[0] != '\0') ? libcuda_path : "libcuda.so.1";
+    void *lib, *fn = NULL;
+    get_proc_address_t getproc;
+    int rc;
+
+    /* The instance pycudadrv loaded; fall back to a plain dlopen (same
+     * instance anyway when the soname matches). The handle is never closed. */
+    lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (lib == NULL)
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        const char *e = dlerror();
+        snprintf(init_error, sizeof init_error, "dlopen(%s) failed: %s", path, e ? e : "unknown error");
+        return FLOOR_ERR_DLOPEN;
+    }
+    getproc = (get_proc_address_t)dlsym(lib, "cuGetProcAddress_v2");
+    if (getproc == NULL) {
+        snprintf(init_error, sizeof init_error, "%s has no cuGetProcAddress_v2 (driver older than CUDA 12.0)",
+                 path);
+        return FLOOR_ERR_GETPROC;
+    }
+    rc = resolve(getproc, "cuLaunchKernel", 4000, &fn);
+    if (rc != 0)
+        return rc;
+    p_launch_kernel = (launch_kernel_t)fn;
+    /* Optional: only floor_graph_launch_loop needs it. */
+    if (resolve(getproc, "cuGraphLaunch", 10000, &fn) == 0)
+        p_graph_launch = (graph_launch_t)fn;
+    else
+        p_graph_launch = NULL;
+    /* Optional: error names for reports. */
+    if (resolve(getproc, "cuGetErrorName", 6000, &fn) == 0)
+        p_get_error_name = (get_error_name_t)fn;
+    else
+        p_get_error_name = NULL;
+    snprintf(init_error, sizeof init_error, "ok");
+    return 0;
+}
+
+const char *floor_init_error(void) { return init_error; }
+
+void *floor_launch_kernel_fn(void) { return (void *)p_launch_kernel; }
+
+const char *floor_error_name(int code) {
+    const char *name = NULL;
+    if (p_get_error_name == NULL || p_get_error_name((CUresult)code, &name) != CUDA_SUCCESS || name == NULL)
+        return "?";
+    return name;
+}
+
+double floor_launch_loop_dims(void *func, unsigned int grid_x, unsigned int block_x,
+                              unsigned int shared_mem_bytes, void *stream, void **params, int iters) {
+    const launch_kernel_t launch = p_launch_kernel;
+    const CUfunction f = (CUfunction)func;
+    const CUstream s = (CUstream)stream;
+    double t0, t1;
+    int i;
+    if (launch == NULL)
+        return -(double)CUDA_ERROR_NOT_INITIALIZED;
+    t0 = now_s();
+    for (i = 0; i < iters; ++i) {
+        CUresult r = launch(f, grid_x, 1, 1, block_x, 1, 1, shared_mem_bytes, s, params, NULL);
+        if (r != CUDA_SUCCESS)
+            return -(double)r;
+    }
+    t1 = now_s();
+    return t1 - t0;
+}
+
+double floor_launch_loop(void *func, void *stream, void **params, int iters) {
+    /* The benchmark configuration: grid 1, block 32, no dynamic shared memory. */
+    return floor_launch_loop_dims(func, 1, 32, 0, stream, params, iters);
+}
+
+double floor_graph_launch_loop(void *graph_exec, void *stream, int iters) {
+    const graph_launch_t launch = p_graph_launch;
+    const CUgraphExec g = (CUgraphExec)graph_exec;
+    const CUstream s = (CUstream)stream;
+    double t0, t1;
+    int i;
+    if (launch == NULL)
+        return -(double)CUDA_ERROR_NOT_SUPPORTED;
+    t0 = now_s();
+    for (i = 0; i < iters; ++i) {
+        CUresult r = launch(g, s);
+        if (r != CUDA_SUCCESS)
+            return -(double)r;
+    }
+    t1 = now_s();
+    return t1 - t0;
+}
