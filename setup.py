@@ -48,7 +48,7 @@ if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
     cuda_inc = find_cuda_include()
     print(f"pycudadrv: building against {os.path.join(cuda_inc, 'cuda.h')}", file=sys.stderr)
-    modules = ["_driver", "_device", "_stream", "_memory", "_launch", "_module"]
+    modules = ["_driver", "_device", "_stream", "_memory", "_launch", "_module", "_graph"]
     exts = [
         Extension(
             f"pycudadrv.{m}",
@@ -60,6 +60,7 @@ if __name__ == "__main__":
         for m in modules
     ]
     setup(
+        options={"build_ext": {"parallel": os.cpu_count() or 1}},
         ext_modules=cythonize(
             exts,
             language_level=3,

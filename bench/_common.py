@@ -188,7 +188,7 @@ class Row:
     sync: Callable[[], None]
     essential: bool = True
     target: float | None = None
-    note: str = ""
+    keep: object = None   # objects the row's closures need alive (a peer's kernel, stream, buffers)
 
 
 @dataclass
@@ -278,10 +278,14 @@ def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, 
 
 
 def summarize(values: list) -> dict:
-    """median / min / max / mean (and the values' count) of a list of numbers."""
+    """median, quartiles (p25, p75), min, max, mean and count of a list of numbers."""
     if not values:
         return {"n": 0}
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+    if len(values) >= 2:
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    else:
+        q1 = q3 = values[0]
+    return {"median": statistics.median(values), "p25": q1, "p75": q3, "min": min(values), "max": max(values),
             "mean": statistics.fmean(values), "n": len(values)}
 
 

@@ -82,6 +82,8 @@ ENTRY_POINTS = [
     ("cuGraphExecDestroy", True),
     ("cuGraphDebugDotPrint", True),
     ("cuGraphGetNodes", True),
+    ("cuStreamGetCaptureInfo", False),
+    ("cuGraphExecKernelNodeSetParams", True),
     # Newer than the minimum driver: used where present.
     ("cuFuncGetParamInfo", False),
     ("cuFuncGetName", False),

@@ -7,7 +7,7 @@
 
 #define PYCUDADRV_HEADER_CUDA_VERSION 13000
 #define PYCUDADRV_MIN_DRIVER_VERSION 12000
-#define PYCUDADRV_N_ENTRY_POINTS 65
+#define PYCUDADRV_N_ENTRY_POINTS 67
 #define PYCUDADRV_MAX_ABI_VARIANTS 4
 
 typedef struct pycudadrv_driver_api {
@@ -72,6 +72,8 @@ typedef struct pycudadrv_driver_api {
     PFN_cuGraphExecDestroy_v10000 p_cuGraphExecDestroy;
     PFN_cuGraphDebugDotPrint_v11030 p_cuGraphDebugDotPrint;
     PFN_cuGraphGetNodes_v10000 p_cuGraphGetNodes;
+    PFN_cuStreamGetCaptureInfo_v12030 p_cuStreamGetCaptureInfo;
+    PFN_cuGraphExecKernelNodeSetParams_v12000 p_cuGraphExecKernelNodeSetParams;
     PFN_cuFuncGetParamInfo_v12040 p_cuFuncGetParamInfo;
     PFN_cuFuncGetName_v12030 p_cuFuncGetName;
     PFN_cuModuleGetFunctionCount_v12040 p_cuModuleGetFunctionCount;
@@ -147,6 +149,8 @@ static const pycudadrv_entry_point pycudadrv_entry_points[PYCUDADRV_N_ENTRY_POIN
     {"cuGraphExecDestroy", offsetof(pycudadrv_driver_api, p_cuGraphExecDestroy), 1, {10000, 0}},
     {"cuGraphDebugDotPrint", offsetof(pycudadrv_driver_api, p_cuGraphDebugDotPrint), 1, {11030, 0}},
     {"cuGraphGetNodes", offsetof(pycudadrv_driver_api, p_cuGraphGetNodes), 1, {10000, 0}},
+    {"cuStreamGetCaptureInfo", offsetof(pycudadrv_driver_api, p_cuStreamGetCaptureInfo), 0, {12030, 0}},
+    {"cuGraphExecKernelNodeSetParams", offsetof(pycudadrv_driver_api, p_cuGraphExecKernelNodeSetParams), 1, {12000, 0}},
     {"cuFuncGetParamInfo", offsetof(pycudadrv_driver_api, p_cuFuncGetParamInfo), 0, {12040, 0}},
     {"cuFuncGetName", offsetof(pycudadrv_driver_api, p_cuFuncGetName), 0, {12030, 0}},
     {"cuModuleGetFunctionCount", offsetof(pycudadrv_driver_api, p_cuModuleGetFunctionCount), 0, {12040, 0}},

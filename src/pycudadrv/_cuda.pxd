@@ -28,6 +28,21 @@ cdef extern from "cuda.h" nogil:
     ctypedef CUgraphExec_st* CUgraphExec
     ctypedef CUgraphNode_st* CUgraphNode
     ctypedef struct CUgraphEdgeData
+    ctypedef struct CUkern_st
+    ctypedef CUkern_st* CUkernel
+    ctypedef struct CUDA_KERNEL_NODE_PARAMS_v2:
+        CUfunction func
+        unsigned int gridDimX
+        unsigned int gridDimY
+        unsigned int gridDimZ
+        unsigned int blockDimX
+        unsigned int blockDimY
+        unsigned int blockDimZ
+        unsigned int sharedMemBytes
+        void **kernelParams
+        void **extra
+        CUkernel kern
+        CUcontext ctx
     ctypedef struct CUmemPoolHandle_st
     ctypedef CUmemPoolHandle_st* CUmemoryPool
     ctypedef int CUmemPool_attribute

@@ -69,6 +69,8 @@ cdef extern from "pycudadrv/driver_api.h" nogil:
         CUresult (*p_cuGraphExecDestroy)(CUgraphExec hGraphExec) noexcept nogil
         CUresult (*p_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags) noexcept nogil
         CUresult (*p_cuGraphGetNodes)(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) noexcept nogil
+        CUresult (*p_cuStreamGetCaptureInfo)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out, const CUgraphNode **dependencies_out, const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out) noexcept nogil
+        CUresult (*p_cuGraphExecKernelNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) noexcept nogil
         CUresult (*p_cuFuncGetParamInfo)(CUfunction func, size_t paramIndex, size_t *paramOffset, size_t *paramSize) noexcept nogil
         CUresult (*p_cuFuncGetName)(const char **name, CUfunction hfunc) noexcept nogil
         CUresult (*p_cuModuleGetFunctionCount)(unsigned int *count, CUmodule hmod) noexcept nogil

@@ -60,5 +60,9 @@ cdef class PreparedLaunch:
 
     cdef int _launch(self) except -1
 
+# Marshal one argument for parameter `p` into `dst` (>= p.size bytes, zeroed); raises TypeError.
+cdef int pack_arg_into(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1
+cdef object infer_param(object a, Function fn, Py_ssize_t i)
+
 cdef Function make_function(CUfunction handle, str name, object module, Device device, object layout,
                             str layout_source)

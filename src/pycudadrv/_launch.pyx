@@ -13,7 +13,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
-from pycudadrv._stream cimport Stream, resolve_stream
+from pycudadrv._stream cimport Stream, Event, resolve_stream
 from pycudadrv._memory cimport Buffer
 
 import numpy as np
@@ -34,6 +34,22 @@ cdef tuple KIND_TEXT = ("parameter", "integer parameter", "unsigned integer para
 
 cdef bint _release_gil = True
 cdef pycudadrv_driver_api* _d = NULL
+# Instrumentation (profiling / tracing): an object with before(fn, stream) -> token and
+# after(token, fn, stream, grid, block, shared_mem_bytes), or None (the fast path).
+cdef object _hook = None
+
+
+def set_launch_hook(hook):
+    """Install (or, with None, remove) the launch instrumentation hook used by
+    pycudadrv.profile; returns the previous one."""
+    global _hook
+    prev = _hook
+    _hook = hook
+    return prev
+
+
+def get_launch_hook():
+    return _hook
 
 
 def set_release_gil(bint flag):
@@ -149,7 +165,7 @@ cdef int _pack_int(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned c
 
 cdef int _pack_float(double x, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst, object a) except -1:
     cdef float f
-    cdef uint16_t h
+    cdef uint16_t h = 0
     cdef int kind = p.kind
     if kind == K_FLOAT or kind == K_ANY:
         if p.size == 4:
@@ -263,6 +279,16 @@ cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsi
     if t is bool:
         return _pack_int(1 if a is True else 0, fn, i, p, dst)
     return _pack_slow(a, fn, i, p, dst)
+
+
+cdef int pack_arg_into(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
+    return pack_arg(a, fn, i, p, dst)
+
+
+cdef object infer_param(object a, Function fn, Py_ssize_t i):
+    cdef ParamSpec p
+    infer_spec(a, fn, i, &p)
+    return (p.kind, p.size)
 
 
 cdef int infer_spec(object a, Function fn, Py_ssize_t i, ParamSpec* p) except -1:
@@ -406,6 +432,16 @@ cdef int _fill_ex(CUlaunchConfig* cfg, CUlaunchAttribute* attrs, LaunchConfig lc
     cfg.attrs = attrs
     cfg.numAttrs = n
     return 0
+
+
+def _timed(Stream s, launch, *args, **kwargs):
+    s.synchronize()
+    start = Event(device=s.device)
+    end = Event(device=s.device)
+    start.record(s)
+    launch(*args, **kwargs)
+    end.record(s)
+    return int(round(Event.elapsed_ms(start, end) * 1e6))
 
 
 cdef class LaunchConfig:
@@ -646,6 +682,9 @@ cdef class Function:
                 pack_arg(args[i], self, i, p, dst)
             kp = pycudadrv_arena_finish(&arena)
             self.device.activate()
+            tok = None
+            if _hook is not None and s._capture is None:
+                tok = _hook.before(self, s)
             if lc is None:
                 if _release_gil:
                     with nogil:
@@ -662,14 +701,26 @@ cdef class Function:
                 call = "cuLaunchKernelEx"
             if r != CUDA_SUCCESS:
                 raise _launch_error(r, call, self, g, b, shared_mem_bytes, args)
+            if tok is not None:
+                _hook.after(tok, self, s, (g[0], g[1], g[2]), (b[0], b[1], b[2]), shared_mem_bytes)
             if s._capture is not None:
-                s._capture._hold(args)
+                s._capture._on_launch(self, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem_bytes, args)
         finally:
             pycudadrv_arena_release(&arena)
 
     def __call__(self, grid, block, *args, **kwargs):
         """Same as :meth:`launch`."""
         return self.launch(grid, block, *args, **kwargs)
+
+    def launch_timed(self, grid, block, *args, **kwargs):
+        """Run the kernel alone and return its GPU time in nanoseconds (int).
+
+        Drains the stream first (``cuStreamSynchronize``), then records an
+        event, launches (as :meth:`launch`, same arguments), records a second
+        event and waits for it (``cuEventElapsedTime``; resolution about 0.5 us)."""
+        stream = kwargs.get("stream")
+        cdef Stream s = <Stream>self.device.default_stream if stream is None else resolve_stream(stream, self.device)
+        return _timed(s, self.launch, grid, block, *args, **kwargs)
 
     def bind(self, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None,
              bint cooperative=False, cluster=None, bint programmatic_dependent=False):
@@ -762,6 +813,9 @@ cdef class PreparedLaunch:
         if self.stream.closed:
             self.stream.ensure_open()
         fn.device.activate()
+        tok = None
+        if _hook is not None and self.stream._capture is None:
+            tok = _hook.before(fn, self.stream)
         if not c.use_ex:
             if _release_gil:
                 with nogil:
@@ -779,8 +833,11 @@ cdef class PreparedLaunch:
             if r != CUDA_SUCCESS:
                 raise _launch_error(r, "cuLaunchKernelEx", fn, c.grid, c.block, c.shared_mem_bytes,
                                     tuple(self._held))
+        if tok is not None:
+            _hook.after(tok, fn, self.stream, self.config.grid, self.config.block, c.shared_mem_bytes)
         if self.stream._capture is not None:
-            self.stream._capture._hold(self._held)
+            self.stream._capture._on_launch(fn, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
+                                            c.block[2], c.shared_mem_bytes, tuple(self._held))
         return 0
 
     def __call__(self, *args):
@@ -805,6 +862,11 @@ cdef class PreparedLaunch:
     def launch(self):
         """Launch with the arguments bound now (``cuLaunchKernel``)."""
         self._launch()
+
+    def launch_timed(self):
+        """Drain the stream, launch alone between two events, return the GPU
+        time in nanoseconds (int)."""
+        return _timed(self.stream, self.launch)
 
     def set_arg(self, Py_ssize_t index, value):
         """Replace argument ``index`` (re-marshals that one only).

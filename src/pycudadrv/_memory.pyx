@@ -6,7 +6,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, get_device, current_device
-from pycudadrv._stream cimport Stream, resolve_stream
+from pycudadrv._stream cimport Stream, resolve_stream, check_not_capturing
 
 import numpy as np
 
@@ -115,6 +115,8 @@ cdef class Buffer:
         cdef pycudadrv_driver_api* d = driver()
         dev.activate()
         cdef CUresult r
+        if not async_alloc:
+            check_not_capturing(None, "allocate with cuMemAlloc (async_alloc=False)")
         if async_alloc:
             _configure_pool(dev)
             r = d.p_cuMemAllocAsync(&b.ptr, nbytes, s.handle)
@@ -208,6 +210,9 @@ cdef class Buffer:
         if n == 0:
             return
         cdef Stream s = resolve_stream(stream, self.device) if stream is not None else self.stream
+        if s._capture is not None:
+            raise RuntimeError(f"cannot copy from pageable host memory during {s._capture!r}; "
+                               "write the data before the capture")
         cdef const unsigned char[::1] view = src.reshape(-1).view(np.uint8)
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
@@ -237,8 +242,7 @@ cdef class Buffer:
             return out
         cdef unsigned char[::1] view = dst.reshape(-1).view(np.uint8)
         cdef Stream s = resolve_stream(stream, self.device) if stream is not None else self.stream
-        if s._capture is not None:
-            raise RuntimeError(f"cannot copy to the host during {s._capture!r}")
+        check_not_capturing(s, "copy device memory to the host (it synchronizes)")
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
         with nogil:
@@ -278,6 +282,8 @@ cdef class Buffer:
         if dst.device.ordinal != self.device.ordinal:
             raise NotImplementedError("copies between devices are not supported yet")
         cdef Stream s = resolve_stream(stream, self.device) if stream is not None else self.stream
+        if s._capture is not None:
+            s._capture._hold((self, dst))
         self.device.activate()
         check(driver().p_cuMemcpyDtoDAsync(dst.ptr + dst_offset, self.ptr + src_offset, n, s.handle),
               "cuMemcpyDtoDAsync")
@@ -318,6 +324,8 @@ cdef class Buffer:
         if self.nbytes == 0:
             return
         cdef Stream s = resolve_stream(stream, self.device) if stream is not None else self.stream
+        if s._capture is not None:
+            s._capture._hold((self,))
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
         cdef size_t count = self.nbytes // size

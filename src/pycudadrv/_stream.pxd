@@ -18,5 +18,11 @@ cdef class Event:
     cdef bint recorded
     cdef bint closed
 
+# Raise RuntimeError if `what` (a host-synchronising or unsafe call) is illegal now
+# because a capture is active: on `stream` itself, any global-mode capture, or a
+# thread-local one on this thread.
+cdef int check_not_capturing(Stream stream, str what) except -1
+cdef list active_captures
+
 # The stream to use when the user passed `stream` (None -> the device's default).
 cdef Stream resolve_stream(object stream, Device device)

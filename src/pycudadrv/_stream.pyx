@@ -7,6 +7,28 @@ from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, get_device, current_device
 
+import threading
+
+# Captures in progress (pycudadrv._graph.CapturedGraph objects), for the checks below.
+cdef list active_captures = []
+
+
+def _active_captures():
+    return active_captures
+
+
+cdef int check_not_capturing(Stream stream, str what) except -1:
+    if stream is not None and stream._capture is not None:
+        raise RuntimeError(f"cannot {what} during {stream._capture!r}: it would invalidate the capture; "
+                           "end the `with stream.capture()` block first")
+    if active_captures:
+        me = threading.get_ident()
+        for c in active_captures:
+            if c.mode == "global" or (c.mode == "thread_local" and c.thread_id == me):
+                raise RuntimeError(f"cannot {what} while {c!r} is active (mode {c.mode!r} forbids it); "
+                                   "end the capture first or capture with mode='relaxed'")
+    return 0
+
 
 cdef Stream resolve_stream(object stream, Device device):
     if stream is None:
@@ -106,8 +128,7 @@ cdef class Stream:
             A kernel on the stream failed.
         """
         self.ensure_open()
-        if self._capture is not None:
-            raise RuntimeError(f"cannot synchronize a stream during {self._capture!r}")
+        check_not_capturing(self, "synchronize a stream")
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
         with nogil:
@@ -116,6 +137,7 @@ cdef class Stream:
     def query(self):
         """True if all queued work has finished, without blocking (``cuStreamQuery``)."""
         self.ensure_open()
+        check_not_capturing(self, "query a stream")
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
         cdef CUresult r = d.p_cuStreamQuery(self.handle)
@@ -143,11 +165,26 @@ cdef class Stream:
         event.record(self)
         return event
 
+    def capture(self, mode="thread_local"):
+        """Capture the work launched on this stream into a CUDA graph.
+
+        ``with stream.capture() as graph:`` records every launch and copy on the
+        stream (``cuStreamBeginCapture``); leaving the block ends the capture
+        (``cuStreamEndCapture``) and instantiates the graph
+        (``cuGraphInstantiateWithFlags``); then ``graph.launch()`` replays it.
+        ``mode`` is ``"thread_local"`` (default), ``"global"`` or ``"relaxed"``.
+        See :class:`pycudadrv.CapturedGraph`.
+        """
+        from pycudadrv._graph import CapturedGraph
+        return CapturedGraph(self, mode)
+
     def close(self):
         """Destroy an owned stream (``cuStreamDestroy``); queued work still completes.
         A second close is a no-op."""
         if self.closed:
             return
+        if self._capture is not None:
+            raise RuntimeError(f"cannot close a stream during {self._capture!r}")
         self.closed = True
         if self.owned and self.handle != NULL:
             try:
@@ -231,6 +268,7 @@ cdef class Event:
             raise ValueError("event is closed")
         if not self.recorded:
             raise ValueError("event.query(): the event was never recorded; call event.record(stream) first")
+        check_not_capturing(None, "query an event")
         self.device.activate()
         cdef CUresult r = driver().p_cuEventQuery(self.handle)
         if r == CUDA_ERROR_NOT_READY:
@@ -246,6 +284,7 @@ cdef class Event:
             raise ValueError("event is closed")
         if not self.recorded:
             raise ValueError("event.synchronize(): the event was never recorded; call event.record(stream) first")
+        check_not_capturing(None, "synchronize an event")
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
         with nogil:
