@@ -189,9 +189,12 @@ class PeerSkipped(Exception):
 
 
 def peer_cuda_bindings(fn, stream, kp_prebuilt: ParamArray, a, b):
-    """Two rows over cuda.bindings' cuLaunchKernel: kernelParams as the int
-    address of the prebuilt void** (what the C floor uses), and as the
-    ((values), (ctypes types)) tuple that cuda.bindings marshals every call."""
+    """Rows over cuda.bindings' cuLaunchKernel: kernelParams as the int address
+    of the prebuilt void** (the very array the C floor uses), and as the
+    ((values), (ctypes types)) tuple that cuda.bindings marshals every call;
+    plus cuda.bindings._v2.driver.launch_kernel (ints, raises on error) with
+    the prebuilt void** where that private layer exists. Every call's result
+    is checked, as pycudadrv and the C floor check theirs."""
     try:
         from cuda.bindings import driver as cbd
         import cuda.bindings as cb_pkg
@@ -428,10 +431,10 @@ def print_main_table(main, order):
     fl = main["floor"]
     w = max(len(n) for n in [FLOOR, *order]) + 2
     print()
-    print(f"{'row':<{w}}{'us/launch':>10}{'x floor':>9}{'min':>7}{'max':>7}{'drain us':>10}"
+    print(f"{'row':<{w}}{'us/launch':>10}{'x floor':>9}{'min':>8}{'max':>8}{'drain us':>10}"
           f"{'target':>9}  result")
-    print("-" * (w + 62))
-    print(f"{FLOOR:<{w}}{fl['per_launch_us_summary']['median']:>10.3f}{1.0:>9.3f}{'':>14}"
+    print("-" * (w + 64))
+    print(f"{FLOOR:<{w}}{fl['per_launch_us_summary']['median']:>10.3f}{1.0:>9.3f}{'':>16}"
           f"{_median(fl['drain_us']):>10.1f}")
     for name in order:
         r = main["rows"][name]
@@ -440,7 +443,7 @@ def print_main_table(main, order):
         tail = ""
         if tgt is not None:
             tail = f"{'<= %.2f' % tgt:>9}  {'PASS' if r['pass'] else 'FAIL'}"
-        print(f"{name:<{w}}{us:>10.3f}{rt['median']:>9.3f}{rt['min']:>7.3f}{rt['max']:>7.3f}"
+        print(f"{name:<{w}}{us:>10.3f}{rt['median']:>9.3f}{rt['min']:>8.3f}{rt['max']:>8.3f}"
               f"{_median(r['drain_us']):>10.1f}{tail}")
     d = fl["drift_summary"]
     print(f"(floor drift within a round, last/first: median {d['median']:.3f}, "
@@ -634,6 +637,14 @@ def main(argv=None) -> int:
             f()
         pdev.set_current()
 
+    try:  # profiling/tracing (PYCUDADRV_PROFILE / PYCUDADRV_TRACE) would add its cost to every pycudadrv row
+        from pycudadrv._launch import get_launch_hook
+        hook = get_launch_hook()
+    except ImportError:
+        hook = None
+    if hook is not None:
+        log(f"WARNING: a pycudadrv launch hook is installed ({hook!r}); the pycudadrv rows include its cost")
+
     sync_all()
     log(f"main benchmark: {len(rows) + 1} rows")
     res = run_interleaved(floor_row, rows, rounds=args.rounds, launches=args.launches,
@@ -675,7 +686,7 @@ def main(argv=None) -> int:
     if params_rep:
         print_param_table(params_rep)
     passed = all(main_rep["rows"][n]["pass"] for n in TARGETS if n in main_rep["rows"])
-    print(f"\ntargets (median ratio to the C floor): "
+    print("\ntargets (median ratio to the C floor): "
           + ", ".join(f"{n} <= {t:.2f}: {'PASS' if main_rep['rows'][n]['pass'] else 'FAIL'}"
                       for n, t in TARGETS.items() if n in main_rep["rows"]))
 
@@ -702,6 +713,7 @@ def main(argv=None) -> int:
         "passed": passed,
         "peers": peers,
         "dropped_rows": dict(res.dropped),
+        "launch_hook": None if hook is None else repr(hook),
         "main": main_rep,
         "params": {str(k): v for k, v in params_rep.items()},
     }
