@@ -109,6 +109,19 @@ class CFloor:
         lib.floor_launch_loop_dims.argtypes = [P, U, U, U, P, P, I]
         lib.floor_launch_loop_dims.restype = D
         lib.floor_graph_launch_loop.argtypes, lib.floor_graph_launch_loop.restype = [P, P, I], D
+        # Graph building in C and synchronizing loops (graph_replay.py); bound only
+        # when the compiled source has them.
+        self.has_graph_capture = hasattr(lib, "floor_graph_capture")
+        if self.has_graph_capture:
+            lib.floor_graph_capture.argtypes = [P, U, U, U, U, U, U, U, P, P, I, ctypes.POINTER(P),
+                                                ctypes.POINTER(I)]
+            lib.floor_graph_capture.restype = I
+            lib.floor_graph_launch_loop_sync.argtypes = [P, P, I]
+            lib.floor_graph_launch_loop_sync.restype = D
+            for name in ("floor_graph_upload",):
+                getattr(lib, name).argtypes, getattr(lib, name).restype = [P, P], I
+            for name in ("floor_graph_exec_destroy", "floor_stream_synchronize"):
+                getattr(lib, name).argtypes, getattr(lib, name).restype = [P], I
 
     def init(self, libcuda_path: str | None = None) -> None:
         """Resolve cuLaunchKernel / cuGraphLaunch from the libcuda already loaded
@@ -145,6 +158,61 @@ class CFloor:
     def graph_launch_loop(self, graph_exec: int, stream: int, iters: int) -> int:
         """``iters`` x ``cuGraphLaunch(graph_exec, stream)``; elapsed nanoseconds."""
         return self._check(self.lib.floor_graph_launch_loop(graph_exec, stream, iters), "cuGraphLaunch loop")
+
+    # -- graphs built in C (graph_replay.py) -------------------------------------------------
+
+    def _need_graph(self) -> None:
+        if not self.has_graph_capture:
+            raise BenchSetupError(f"{self.path}: built from a c_floor.c without floor_graph_capture")
+
+    def _rc(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise RuntimeError(f"C floor: {what} failed: {self.error_name(rc)} ({rc})")
+
+    def graph_capture(self, func: int, grid, block, shared_mem_bytes: int, stream: int,
+                      params: ParamArray | None, count: int) -> tuple[int, int]:
+        """Capture ``count`` x ``cuLaunchKernel(func, grid, block, shared, stream, params)``
+        on ``stream`` in C and instantiate the graph; returns ``(CUgraphExec as int,
+        number of nodes or -1)``. Free it with :meth:`graph_exec_destroy`."""
+        self._need_graph()
+        g = _dims3(grid, "grid")
+        b = _dims3(block, "block")
+        out = ctypes.c_void_p(None)
+        nodes = ctypes.c_int(-1)
+        p = None if params is None else params.address
+        rc = self.lib.floor_graph_capture(func, *g, *b, shared_mem_bytes, stream, p, count, ctypes.byref(out),
+                                          ctypes.byref(nodes))
+        self._rc(rc, f"capturing {count} launches into a graph")
+        if not out.value:
+            raise RuntimeError("C floor: floor_graph_capture returned no graph")
+        return int(out.value), int(nodes.value)
+
+    def graph_upload(self, graph_exec: int, stream: int) -> None:
+        self._need_graph()
+        self._rc(self.lib.floor_graph_upload(graph_exec, stream), "cuGraphUpload")
+
+    def graph_exec_destroy(self, graph_exec: int) -> None:
+        self._need_graph()
+        self._rc(self.lib.floor_graph_exec_destroy(graph_exec), "cuGraphExecDestroy")
+
+    def stream_synchronize(self, stream: int) -> None:
+        self._need_graph()
+        self._rc(self.lib.floor_stream_synchronize(stream), "cuStreamSynchronize")
+
+    def graph_launch_loop_sync(self, graph_exec: int, stream: int, iters: int) -> int:
+        """``iters`` x ``cuGraphLaunch(graph_exec, stream)`` then ``cuStreamSynchronize(stream)``,
+        all timed in C; elapsed nanoseconds."""
+        self._need_graph()
+        return self._check(self.lib.floor_graph_launch_loop_sync(graph_exec, stream, iters),
+                           "cuGraphLaunch loop + cuStreamSynchronize")
+
+
+def _dims3(v, what: str) -> tuple[int, int, int]:
+    """An int or a tuple of 1-3 ints -> (x, y, z)."""
+    t = (int(v),) if isinstance(v, int) else tuple(int(x) for x in v)
+    if not 1 <= len(t) <= 3 or any(x < 1 for x in t):
+        raise ValueError(f"{what} must be a positive int or 1-3 positive ints, got {v!r}")
+    return t + (1,) * (3 - len(t))
 
 
 def _compiler_version(cc: str) -> str:

@@ -24,10 +24,24 @@
  *                                      unsigned int shared_mem_bytes, void* stream,
  *                                      void** params, int iters);
  *   double      floor_graph_launch_loop(void* graph_exec, void* stream, int iters);
+ *   double      floor_graph_launch_loop_sync(void* graph_exec, void* stream, int iters);
+ *                   the same loop, then cuStreamSynchronize(stream), all inside the timing
+ *   int         floor_graph_capture(void* func, unsigned int grid_x, unsigned int grid_y,
+ *                                   unsigned int grid_z, unsigned int block_x, unsigned int block_y,
+ *                                   unsigned int block_z, unsigned int shared_mem_bytes, void* stream,
+ *                                   void** params, int count, void** graph_exec_out, int* num_nodes_out);
+ *                   captures `count` cuLaunchKernel calls on `stream` (thread-local capture mode) and
+ *                   instantiates them (cuGraphInstantiateWithFlags, flags 0); 0 or a CUresult
+ *   int         floor_graph_upload(void* graph_exec, void* stream);       cuGraphUpload
+ *   int         floor_graph_exec_destroy(void* graph_exec);               cuGraphExecDestroy
+ *   int         floor_stream_synchronize(void* stream);                   cuStreamSynchronize
  *   void*       floor_launch_kernel_fn(void);           the resolved cuLaunchKernel
  *   const char* floor_error_name(int code);             cuGetErrorName(code), or "?"
  * The loops return the elapsed seconds (CLOCK_MONOTONIC around the loop), or
  * -(CUresult) of the first failing call (so a value < 0 is an error).
+ * The graph-building and synchronizing entry points are optional: floor_init()
+ * succeeds without them (an older driver), and those functions then return
+ * CUDA_ERROR_NOT_SUPPORTED.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda.h>
@@ -41,12 +55,28 @@ typedef CUresult (*launch_kernel_t)(CUfunction, unsigned int, unsigned int, unsi
                                     CUstream, void **, void **);
 typedef CUresult (*graph_launch_t)(CUgraphExec, CUstream);
 typedef CUresult (*get_error_name_t)(CUresult, const char **);
+typedef CUresult (*stream_begin_capture_t)(CUstream, CUstreamCaptureMode);
+typedef CUresult (*stream_end_capture_t)(CUstream, CUgraph *);
+typedef CUresult (*graph_instantiate_t)(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult (*graph_exec_destroy_t)(CUgraphExec);
+typedef CUresult (*graph_destroy_t)(CUgraph);
+typedef CUresult (*graph_get_nodes_t)(CUgraph, CUgraphNode *, size_t *);
+typedef CUresult (*graph_upload_t)(CUgraphExec, CUstream);
+typedef CUresult (*stream_synchronize_t)(CUstream);
 typedef CUresult (*get_proc_address_t)(const char *, void **, int, cuuint64_t,
                                        CUdriverProcAddressQueryResult *);
 
 static launch_kernel_t p_launch_kernel = NULL;
 static graph_launch_t p_graph_launch = NULL;
 static get_error_name_t p_get_error_name = NULL;
+static stream_begin_capture_t p_stream_begin_capture = NULL;
+static stream_end_capture_t p_stream_end_capture = NULL;
+static graph_instantiate_t p_graph_instantiate = NULL;
+static graph_exec_destroy_t p_graph_exec_destroy = NULL;
+static graph_destroy_t p_graph_destroy = NULL;
+static graph_get_nodes_t p_graph_get_nodes = NULL;
+static graph_upload_t p_graph_upload = NULL;
+static stream_synchronize_t p_stream_synchronize = NULL;
 static char init_error[512] = "floor_init() has not been called";
 
 /* Error codes of floor_init() besides a CUresult from cuGetProcAddress. */
@@ -115,6 +145,19 @@ int floor_init(const char *libcuda_path) {
         p_get_error_name = (get_error_name_t)fn;
     else
         p_get_error_name = NULL;
+    /* Optional: graph building in C, stream synchronize (floor_graph_capture,
+     * floor_graph_launch_loop_sync and friends); NULL when absent. */
+#define FLOOR_OPTIONAL(var, type, name, version) \
+    var = (resolve(getproc, name, version, &fn) == 0) ? (type)fn : NULL
+    FLOOR_OPTIONAL(p_stream_begin_capture, stream_begin_capture_t, "cuStreamBeginCapture", 10010);
+    FLOOR_OPTIONAL(p_stream_end_capture, stream_end_capture_t, "cuStreamEndCapture", 10000);
+    FLOOR_OPTIONAL(p_graph_instantiate, graph_instantiate_t, "cuGraphInstantiateWithFlags", 11040);
+    FLOOR_OPTIONAL(p_graph_exec_destroy, graph_exec_destroy_t, "cuGraphExecDestroy", 10000);
+    FLOOR_OPTIONAL(p_graph_destroy, graph_destroy_t, "cuGraphDestroy", 10000);
+    FLOOR_OPTIONAL(p_graph_get_nodes, graph_get_nodes_t, "cuGraphGetNodes", 10000);
+    FLOOR_OPTIONAL(p_graph_upload, graph_upload_t, "cuGraphUpload", 11010);
+    FLOOR_OPTIONAL(p_stream_synchronize, stream_synchronize_t, "cuStreamSynchronize", 2000);
+#undef FLOOR_OPTIONAL
     snprintf(init_error, sizeof init_error, "ok");
     return 0;
 }
@@ -170,4 +213,105 @@ double floor_graph_launch_loop(void *graph_exec, void *stream, int iters) {
     }
     t1 = now_s();
     return t1 - t0;
+}
+
+double floor_graph_launch_loop_sync(void *graph_exec, void *stream, int iters) {
+    /* As floor_graph_launch_loop, then wait for the stream inside the timing:
+     * the figure covers the GPU's execution of every replay, not just their
+     * submission (for graphs long enough to be GPU-bound). */
+    const graph_launch_t launch = p_graph_launch;
+    const stream_synchronize_t sync = p_stream_synchronize;
+    const CUgraphExec g = (CUgraphExec)graph_exec;
+    const CUstream s = (CUstream)stream;
+    double t0, t1;
+    CUresult r;
+    int i;
+    if (launch == NULL || sync == NULL)
+        return -(double)CUDA_ERROR_NOT_SUPPORTED;
+    t0 = now_s();
+    for (i = 0; i < iters; ++i) {
+        r = launch(g, s);
+        if (r != CUDA_SUCCESS)
+            return -(double)r;
+    }
+    r = sync(s);
+    if (r != CUDA_SUCCESS)
+        return -(double)r;
+    t1 = now_s();
+    return t1 - t0;
+}
+
+int floor_graph_capture(void *func, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                        unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                        unsigned int shared_mem_bytes, void *stream, void **params, int count,
+                        void **graph_exec_out, int *num_nodes_out) {
+    /* Record `count` launches of `func` (same dims, same params) on `stream`
+     * and instantiate them: the same chain of kernel nodes that a capture of
+     * the same launches made anywhere else would record. The CUgraph itself is
+     * destroyed once instantiated (the executable graph does not need it).
+     * On failure the capture is ended (the stream is usable again), nothing
+     * is leaked and *graph_exec_out is NULL. */
+    const CUstream s = (CUstream)stream;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CUresult r, r_end;
+    size_t n = 0;
+    int i;
+    if (graph_exec_out != NULL)
+        *graph_exec_out = NULL;
+    if (num_nodes_out != NULL)
+        *num_nodes_out = -1;
+    if (graph_exec_out == NULL || count < 1 || s == NULL)
+        return (int)CUDA_ERROR_INVALID_VALUE;
+    if (p_launch_kernel == NULL || p_stream_begin_capture == NULL || p_stream_end_capture == NULL ||
+        p_graph_instantiate == NULL || p_graph_destroy == NULL)
+        return (int)CUDA_ERROR_NOT_SUPPORTED;
+    r = p_stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != CUDA_SUCCESS)
+        return (int)r;
+    for (i = 0; i < count; ++i) {
+        r = p_launch_kernel((CUfunction)func, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                            shared_mem_bytes, s, params, NULL);
+        if (r != CUDA_SUCCESS)
+            break;
+    }
+    r_end = p_stream_end_capture(s, &graph);
+    if (r == CUDA_SUCCESS)
+        r = r_end;
+    if (r == CUDA_SUCCESS && graph == NULL)
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (r == CUDA_SUCCESS && p_graph_get_nodes != NULL && p_graph_get_nodes(graph, NULL, &n) == CUDA_SUCCESS &&
+        num_nodes_out != NULL)
+        *num_nodes_out = (int)n;
+    if (r == CUDA_SUCCESS)
+        r = p_graph_instantiate(&exec, graph, 0);
+    if (graph != NULL)
+        p_graph_destroy(graph);
+    if (r != CUDA_SUCCESS) {
+        if (exec != NULL && p_graph_exec_destroy != NULL)
+            p_graph_exec_destroy(exec);
+        return (int)r;
+    }
+    *graph_exec_out = (void *)exec;
+    return 0;
+}
+
+int floor_graph_upload(void *graph_exec, void *stream) {
+    if (p_graph_upload == NULL)
+        return (int)CUDA_ERROR_NOT_SUPPORTED;
+    return (int)p_graph_upload((CUgraphExec)graph_exec, (CUstream)stream);
+}
+
+int floor_graph_exec_destroy(void *graph_exec) {
+    if (p_graph_exec_destroy == NULL)
+        return (int)CUDA_ERROR_NOT_SUPPORTED;
+    if (graph_exec == NULL)
+        return 0;
+    return (int)p_graph_exec_destroy((CUgraphExec)graph_exec);
+}
+
+int floor_stream_synchronize(void *stream) {
+    if (p_stream_synchronize == NULL)
+        return (int)CUDA_ERROR_NOT_SUPPORTED;
+    return (int)p_stream_synchronize((CUstream)stream);
 }

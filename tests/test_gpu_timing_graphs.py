@@ -262,8 +262,10 @@ def test_illegal_calls_during_capture_name_the_capture_and_mode(mod, mode):
     other = cd.Stream()
     x = cd.Buffer.zeros(1024, np.float32, stream=s)
     out = cd.Buffer.empty(1024, np.float32, stream=s)
+    early = cd.Buffer.zeros(4096, np.float32, stream=other)
     ev = cd.Event().record(other)
     other.synchronize()
+    s.synchronize()
     with s.capture(mode=mode) as g:
         mod.function("axpb").launch(4, 256, out, x, 1.0, 1.0, 1024, stream=s)
         with pytest.raises(RuntimeError, match="synchronize a stream during <CapturedGraph"):
@@ -275,11 +277,13 @@ def test_illegal_calls_during_capture_name_the_capture_and_mode(mod, mode):
                 ev.query()
             with pytest.raises(RuntimeError, match=f"mode '{mode}' forbids it"):
                 cd.Buffer.empty(64, async_alloc=False)
+            # allocating on another stream would break the capture: refused before the driver sees it
+            with pytest.raises(RuntimeError, match="allocate device memory on a stream outside the capture"):
+                cd.Buffer.empty(256, stream=other)
         else:
             assert ev.query() is True
-        # pycudadrv's own stream-ordered allocation does not break the capture
-        tmp = cd.Buffer.empty(256, stream=other)
-        tmp.close()
+        # freeing a buffer during the capture never breaks it (deferred until the capture ends)
+        early.close()
     g.launch()
     assert (out.to_numpy() == 1.0).all()
 

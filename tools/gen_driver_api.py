@@ -61,6 +61,8 @@ ENTRY_POINTS = [
     ("cuMemcpyHtoDAsync", True),
     ("cuMemcpyDtoHAsync", True),
     ("cuMemcpyDtoDAsync", True),
+    ("cuMemcpyPeerAsync", True),
+    ("cuCtxEnablePeerAccess", True),
     ("cuMemsetD8Async", True),
     ("cuMemsetD16Async", True),
     ("cuMemsetD32Async", True),

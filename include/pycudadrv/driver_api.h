@@ -7,7 +7,7 @@
 
 #define PYCUDADRV_HEADER_CUDA_VERSION 13000
 #define PYCUDADRV_MIN_DRIVER_VERSION 12000
-#define PYCUDADRV_N_ENTRY_POINTS 67
+#define PYCUDADRV_N_ENTRY_POINTS 69
 #define PYCUDADRV_MAX_ABI_VARIANTS 4
 
 typedef struct pycudadrv_driver_api {
@@ -51,6 +51,8 @@ typedef struct pycudadrv_driver_api {
     PFN_cuMemcpyHtoDAsync_v3020 p_cuMemcpyHtoDAsync;
     PFN_cuMemcpyDtoHAsync_v3020 p_cuMemcpyDtoHAsync;
     PFN_cuMemcpyDtoDAsync_v3020 p_cuMemcpyDtoDAsync;
+    PFN_cuMemcpyPeerAsync_v4000 p_cuMemcpyPeerAsync;
+    PFN_cuCtxEnablePeerAccess_v4000 p_cuCtxEnablePeerAccess;
     PFN_cuMemsetD8Async_v3020 p_cuMemsetD8Async;
     PFN_cuMemsetD16Async_v3020 p_cuMemsetD16Async;
     PFN_cuMemsetD32Async_v3020 p_cuMemsetD32Async;
@@ -128,6 +130,8 @@ static const pycudadrv_entry_point pycudadrv_entry_points[PYCUDADRV_N_ENTRY_POIN
     {"cuMemcpyHtoDAsync", offsetof(pycudadrv_driver_api, p_cuMemcpyHtoDAsync), 1, {3020, 0}},
     {"cuMemcpyDtoHAsync", offsetof(pycudadrv_driver_api, p_cuMemcpyDtoHAsync), 1, {3020, 0}},
     {"cuMemcpyDtoDAsync", offsetof(pycudadrv_driver_api, p_cuMemcpyDtoDAsync), 1, {3020, 0}},
+    {"cuMemcpyPeerAsync", offsetof(pycudadrv_driver_api, p_cuMemcpyPeerAsync), 1, {4000, 0}},
+    {"cuCtxEnablePeerAccess", offsetof(pycudadrv_driver_api, p_cuCtxEnablePeerAccess), 1, {4000, 0}},
     {"cuMemsetD8Async", offsetof(pycudadrv_driver_api, p_cuMemsetD8Async), 1, {3020, 0}},
     {"cuMemsetD16Async", offsetof(pycudadrv_driver_api, p_cuMemsetD16Async), 1, {3020, 0}},
     {"cuMemsetD32Async", offsetof(pycudadrv_driver_api, p_cuMemsetD32Async), 1, {3020, 0}},

@@ -28,7 +28,7 @@ from pycudadrv._driver import (
 )
 from pycudadrv._device import Device, device_count, get_current_device
 from pycudadrv._stream import Event, Stream
-from pycudadrv._memory import Buffer, asbuffer
+from pycudadrv._memory import Buffer, HostBuffer, asbuffer
 from pycudadrv._launch import Function, LaunchConfig, NotSupportedError, PreparedLaunch, pack_arguments
 from pycudadrv._module import Module, clear_module_cache, image_kind, load_module, module_cache_size
 from pycudadrv._attributes import DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES
@@ -40,7 +40,7 @@ from pycudadrv import bench, profile  # noqa: F401  (profile reads PYCUDADRV_PRO
 __version__ = "0.1.0"
 
 __all__ = [
-    "Buffer", "CapturedGraph", "CudaError", "GraphUpdateError", "Timestamps", "CudaUnavailableError", "DEVICE_ATTRIBUTES", "Device", "Event", "FUNCTION_ATTRIBUTES",
+    "Buffer", "HostBuffer", "CapturedGraph", "CudaError", "GraphUpdateError", "Timestamps", "CudaUnavailableError", "DEVICE_ATTRIBUTES", "Device", "Event", "FUNCTION_ATTRIBUTES",
     "Function", "HEADER_CUDA_VERSION", "LaunchConfig", "MIN_DRIVER_VERSION", "Module", "NotSupportedError",
     "NvrtcError", "NvrtcUnavailableError", "ObjectCode", "PreparedLaunch", "Stream", "asbuffer",
     "clear_module_cache", "compile", "device_count", "driver_version", "fnv1a64", "get_current_device",

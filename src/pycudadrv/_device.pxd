@@ -20,4 +20,5 @@ cdef class Device:
     cdef int _attr(self, int attr) except? -1
 
 cdef Device get_device(int ordinal)
+cdef bint peer_enabled(int device, int peer)
 cdef Device current_device()

@@ -8,6 +8,7 @@ import threading
 from pycudadrv import _attributes
 
 cdef dict _devices = {}
+cdef set _peer_enabled = set()
 _devices_lock = threading.Lock()
 _tls = threading.local()
 
@@ -28,6 +29,10 @@ cdef Device get_device(int ordinal):
         Device(ordinal)  # registers itself as the canonical object of its ordinal
         dev = _devices[ordinal]
     return <Device>dev
+
+
+cdef bint peer_enabled(int device, int peer):
+    return device == peer or (device, peer) in _peer_enabled
 
 
 cdef Device current_device():
@@ -189,6 +194,25 @@ cdef class Device:
         cdef int v = 0
         check(driver().p_cuDeviceCanAccessPeer(&v, self.handle, peer.handle), "cuDeviceCanAccessPeer")
         return bool(v)
+
+    def enable_peer_access(self, Device peer not None):
+        """Let kernels on this device read and write ``peer``'s memory
+        (``cuCtxEnablePeerAccess``). Idempotent.
+
+        Raises ValueError if the devices cannot access each other."""
+        if peer.ordinal == self.ordinal:
+            return
+        if not self.can_access_peer(peer):
+            raise ValueError(f"device {self.ordinal} cannot access device {peer.ordinal}'s memory (no P2P path)")
+        self.activate()
+        cdef CUresult r = driver().p_cuCtxEnablePeerAccess(peer.context, 0)
+        if r != CUDA_SUCCESS and r != 704:  # CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+            check(r, "cuCtxEnablePeerAccess")
+        _peer_enabled.add((self.ordinal, peer.ordinal))
+
+    def peer_access_enabled(self, Device peer not None):
+        """Whether :meth:`enable_peer_access` was called for ``peer`` (or it is this device)."""
+        return peer.ordinal == self.ordinal or (self.ordinal, peer.ordinal) in _peer_enabled
 
     @property
     def default_stream(self):

@@ -48,6 +48,8 @@ cdef extern from "pycudadrv/driver_api.h" nogil:
         CUresult (*p_cuMemcpyHtoDAsync)(CUdeviceptr_v2 dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) noexcept nogil
         CUresult (*p_cuMemcpyDtoHAsync)(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount, CUstream hStream) noexcept nogil
         CUresult (*p_cuMemcpyDtoDAsync)(CUdeviceptr_v2 dstDevice, CUdeviceptr_v2 srcDevice, size_t ByteCount, CUstream hStream) noexcept nogil
+        CUresult (*p_cuMemcpyPeerAsync)(CUdeviceptr_v2 dstDevice, CUcontext dstContext, CUdeviceptr_v2 srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream) noexcept nogil
+        CUresult (*p_cuCtxEnablePeerAccess)(CUcontext peerContext, unsigned int Flags) noexcept nogil
         CUresult (*p_cuMemsetD8Async)(CUdeviceptr_v2 dstDevice, unsigned char uc, size_t N, CUstream hStream) noexcept nogil
         CUresult (*p_cuMemsetD16Async)(CUdeviceptr_v2 dstDevice, unsigned short us, size_t N, CUstream hStream) noexcept nogil
         CUresult (*p_cuMemsetD32Async)(CUdeviceptr_v2 dstDevice, unsigned int ui, size_t N, CUstream hStream) noexcept nogil

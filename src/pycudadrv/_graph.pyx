@@ -97,6 +97,8 @@ cdef class CapturedGraph:
         s._capture = None
         if self in active_captures:
             active_captures.remove(self)
+        from pycudadrv._memory import flush_deferred_frees
+        flush_deferred_frees()
         if exc_type is not None:
             # Discard whatever was captured; the stream is usable again.
             if g != NULL:

@@ -12,7 +12,7 @@ from cpython.complex cimport PyComplex_RealAsDouble, PyComplex_ImagAsDouble
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
-from pycudadrv._device cimport Device
+from pycudadrv._device cimport Device, peer_enabled
 from pycudadrv._stream cimport Stream, Event, resolve_stream
 from pycudadrv._memory cimport Buffer
 
@@ -114,6 +114,16 @@ cdef object _arg_error(Function fn, Py_ssize_t i, ParamSpec* p, object a, str wh
     return TypeError(f"kernel '{fn.name}', parameter #{i} ({what}): {why}; got {_describe_value(a)}")
 
 
+cdef int _check_device(Buffer b, Function fn, Py_ssize_t i) except -1:
+    if b.device is None or b.device.ordinal == fn.device.ordinal:
+        return 0
+    if not peer_enabled(fn.device.ordinal, b.device.ordinal):
+        raise ValueError(f"kernel '{fn.name}' (device {fn.device.ordinal}), parameter #{i}: the Buffer lives on "
+                         f"device {b.device.ordinal}; call Device({fn.device.ordinal}).enable_peer_access("
+                         f"Device({b.device.ordinal})) or copy it to device {fn.device.ordinal} first")
+    return 0
+
+
 cdef int _pack_int(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
     cdef int overflow = 0
     cdef long long v = PyLong_AsLongLongAndOverflow(a, &overflow)
@@ -212,6 +222,8 @@ cdef int _pack_slow(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned 
         return _pack_pointer(0, fn, i, p, dst, a)
     if isinstance(a, Buffer):
         (<Buffer>a).ensure_open()
+        if fn.device is not None:
+            _check_device(<Buffer>a, fn, i)
         return _pack_pointer((<Buffer>a).ptr, fn, i, p, dst, a)
     if isinstance(a, np.ndarray):
         raise _arg_error(fn, i, p, a, "a host numpy array cannot be a kernel argument; copy it to the device "
@@ -259,6 +271,8 @@ cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsi
         b = <Buffer>a
         if b.closed or (b.root is not None and b.root.closed):
             b.ensure_open()
+        if b.device is not fn.device and fn.device is not None:
+            _check_device(b, fn, i)
         if p.size == 8 and p.kind != K_FLOAT and p.kind != K_BYTES:
             memcpy(dst, &b.ptr, 8)
             return 0
@@ -544,11 +558,11 @@ cdef class Function:
         a sequence of type names / numpy dtypes. Raises ValueError when the
         count or sizes disagree with ``cuFuncGetParamInfo``."""
         layout = _signature.parse_signature(signature)
-        if self.n_params >= 0 and self.layout_source == "cuFuncGetParamInfo":
+        if self.n_params >= 0:
             if len(layout) != self.n_params or any(
                     layout[k].size != self.params[k].size for k in range(self.n_params)):
                 raise ValueError(f"kernel '{self.name}': signature {signature!r} ({_signature.format_layout(layout)}) "
-                                 f"disagrees with the driver's parameter info "
+                                 f"disagrees with the kernel's own parameter info ({self.layout_source}): "
                                  f"({_signature.format_layout(self._layout)})")
         self.set_layout(layout, "signature")
         return self

@@ -1,7 +1,11 @@
 # cython: language_level=3
 """Device memory: Buffer (device allocation or a view of one) and asbuffer()."""
 cimport cython
-from libc.stdint cimport uintptr_t, uint64_t, uint8_t, uint16_t, uint32_t
+from libc.stdint cimport uintptr_t, uint64_t, uint8_t, uint16_t, uint32_t, int32_t, int64_t
+from libc.stdlib cimport malloc, free
+from cpython.pycapsule cimport (PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_SetName)
+from cpython.ref cimport Py_INCREF, Py_DECREF, PyObject
+from cpython.buffer cimport PyBUF_WRITABLE
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
@@ -14,9 +18,69 @@ cdef extern from "cuda.h":
     enum:
         CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
 
+cdef extern from "pycudadrv/dlpack.h" nogil:
+    enum:
+        PYCUDADRV_kDLCPU
+        PYCUDADRV_kDLCUDA
+        PYCUDADRV_kDLCUDAHost
+        PYCUDADRV_kDLCUDAManaged
+        PYCUDADRV_kDLInt
+        PYCUDADRV_kDLUInt
+        PYCUDADRV_kDLFloat
+        PYCUDADRV_kDLBfloat
+        PYCUDADRV_kDLComplex
+        PYCUDADRV_kDLBool
+    ctypedef struct pycudadrv_DLDevice:
+        int32_t device_type
+        int32_t device_id
+    ctypedef struct pycudadrv_DLDataType:
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+    ctypedef struct pycudadrv_DLTensor:
+        void* data
+        pycudadrv_DLDevice device
+        int32_t ndim
+        pycudadrv_DLDataType dtype
+        int64_t* shape
+        int64_t* strides
+        uint64_t byte_offset
+    ctypedef struct pycudadrv_DLManagedTensor:
+        pycudadrv_DLTensor dl_tensor
+        void* manager_ctx
+        void (*deleter)(pycudadrv_DLManagedTensor*) noexcept nogil
+
 ctypedef void* CUmemoryPool_p
 
 cdef set _pools_configured = set()
+# Frees that a capture forbade at the time (ptr, device, stream); done when it ends.
+cdef list _deferred_frees = []
+
+
+cdef bint _capture_forbids_free(Stream s):
+    try:
+        check_not_capturing(s if s is not None and s._capture is None else None, "free")
+    except RuntimeError:
+        return True
+    return False
+
+
+def flush_deferred_frees():
+    """Free the allocations whose release a capture deferred (called when a capture ends)."""
+    cdef pycudadrv_driver_api* d = driver()
+    cdef Device dev
+    cdef Stream s
+    pending = list(_deferred_frees)
+    _deferred_frees.clear()
+    for ptr, dev, s in pending:
+        if _capture_forbids_free(s):
+            _deferred_frees.append((ptr, dev, s))
+            continue
+        d.p_cuCtxSetCurrent(dev.context)
+        if s is not None and not s.closed:
+            d.p_cuMemFreeAsync(<CUdeviceptr>ptr, s.handle)
+        else:
+            d.p_cuMemFree(<CUdeviceptr>ptr)
 
 
 cdef int _configure_pool(Device dev) except -1:
@@ -101,6 +165,8 @@ cdef class Buffer:
         shape, dt, nbytes = _shape_dtype(shape, dtype)
         cdef Device dev = _as_device(device)
         cdef Stream s = resolve_stream(stream, dev)
+        if s.device is not None and s.device.ordinal != dev.ordinal:
+            raise ValueError(f"Buffer.empty: stream belongs to device {s.device.ordinal}, not device {dev.ordinal}")
         cdef Buffer b = Buffer.__new__(Buffer)
         b.device = dev
         b.stream = s
@@ -117,6 +183,12 @@ cdef class Buffer:
         cdef CUresult r
         if not async_alloc:
             check_not_capturing(None, "allocate with cuMemAlloc (async_alloc=False)")
+        elif s._capture is None:
+            # On a stream that is not the one being captured, the driver refuses
+            # cuMemAllocAsync during a global or thread-local capture (and that
+            # would invalidate the capture): refuse first, leaving it intact.
+            check_not_capturing(None, "allocate device memory on a stream outside the capture "
+                                "(allocate before the capture, or on the capturing stream)")
         if async_alloc:
             _configure_pool(dev)
             r = d.p_cuMemAllocAsync(&b.ptr, nbytes, s.handle)
@@ -199,7 +271,10 @@ cdef class Buffer:
 
     def write(self, data, size_t offset=0, stream=None):
         """Copy host ``data`` (buffer-protocol, contiguous) into this buffer at
-        byte ``offset`` (``cuMemcpyHtoDAsync``).
+        byte ``offset`` (``cuMemcpyHtoDAsync``). From pinned memory
+        (:class:`HostBuffer`) the copy is asynchronous: keep the data unchanged
+        until the stream has passed it; from pageable memory it returns once
+        the data is staged, so the source may be reused at once.
 
         Raises ValueError when ``offset + data.nbytes > nbytes``."""
         self.ensure_open()
@@ -219,12 +294,14 @@ cdef class Buffer:
         with nogil:
             check(d.p_cuMemcpyHtoDAsync(self.ptr + offset, &view[0], n, s.handle), "cuMemcpyHtoDAsync")
 
-    def read(self, out=None, size_t offset=0, nbytes=None, stream=None):
+    def read(self, out=None, size_t offset=0, nbytes=None, stream=None, bint synchronize=True):
         """Copy ``nbytes`` (default: to the end) from byte ``offset`` to the
         host and wait for it (``cuMemcpyDtoHAsync`` + ``cuStreamSynchronize``).
 
         Returns ``out`` (a C-contiguous writable array of exactly that many
-        bytes) or a new uint8 array.
+        bytes) or a new uint8 array. With ``synchronize=False`` (only sensible
+        when ``out`` is pinned, e.g. ``HostBuffer.array``) the copy is left
+        running on the stream: synchronise before reading ``out``.
 
         Raises ValueError for a range outside the buffer or an unsuitable ``out``."""
         self.ensure_open()
@@ -242,12 +319,16 @@ cdef class Buffer:
             return out
         cdef unsigned char[::1] view = dst.reshape(-1).view(np.uint8)
         cdef Stream s = resolve_stream(stream, self.device) if stream is not None else self.stream
-        check_not_capturing(s, "copy device memory to the host (it synchronizes)")
+        if synchronize:
+            check_not_capturing(s, "copy device memory to the host (it synchronizes)")
+        elif s._capture is not None:
+            raise RuntimeError(f"cannot copy to host memory during {s._capture!r}")
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
         with nogil:
             check(d.p_cuMemcpyDtoHAsync(&view[0], self.ptr + offset, n, s.handle), "cuMemcpyDtoHAsync")
-            check(d.p_cuStreamSynchronize(s.handle), "cuStreamSynchronize")
+            if synchronize:
+                check(d.p_cuStreamSynchronize(s.handle), "cuStreamSynchronize")
         return out
 
     def to_numpy(self, out=None, stream=None):
@@ -265,7 +346,9 @@ cdef class Buffer:
 
     def copy_to(self, Buffer dst not None, nbytes=None, size_t src_offset=0, size_t dst_offset=0, stream=None):
         """Device-to-device copy of ``nbytes`` (default: all of this buffer from
-        ``src_offset``) into ``dst`` at ``dst_offset`` (``cuMemcpyDtoDAsync``).
+        ``src_offset``) into ``dst`` at ``dst_offset`` (``cuMemcpyDtoDAsync``;
+        ``cuMemcpyPeerAsync`` when ``dst`` is on another device, direct where
+        peer access is possible and staged by the driver where not).
 
         Raises ValueError when either range falls outside its buffer."""
         self.ensure_open()
@@ -279,12 +362,16 @@ cdef class Buffer:
             raise ValueError(f"copy of {n} bytes at dst_offset {dst_offset} overruns destination of {dst.nbytes} bytes")
         if n == 0:
             return
-        if dst.device.ordinal != self.device.ordinal:
-            raise NotImplementedError("copies between devices are not supported yet")
         cdef Stream s = resolve_stream(stream, self.device) if stream is not None else self.stream
         if s._capture is not None:
             s._capture._hold((self, dst))
         self.device.activate()
+        if dst.device.ordinal != self.device.ordinal:
+            # Direct over NVLink/PCIe when peer access is possible, staged by the driver otherwise.
+            check(driver().p_cuMemcpyPeerAsync(dst.ptr + dst_offset, dst.device.context,
+                                               self.ptr + src_offset, self.device.context, n, s.handle),
+                  "cuMemcpyPeerAsync")
+            return
         check(driver().p_cuMemcpyDtoDAsync(dst.ptr + dst_offset, self.ptr + src_offset, n, s.handle),
               "cuMemcpyDtoDAsync")
 
@@ -372,6 +459,61 @@ cdef class Buffer:
             d["descr"] = self.dtype.descr
         return d
 
+    def __dlpack_device__(self):
+        """``(kDLCUDA = 2, device ordinal)``."""
+        return (PYCUDADRV_kDLCUDA, self.device.ordinal)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """Export as a DLPack capsule (``"dltensor"``), zero-copy; the capsule
+        keeps this buffer alive.
+
+        ``stream`` is the consumer's stream as an int (1: legacy default, 2:
+        per-thread default, -1: no synchronisation): work already queued on
+        this buffer's stream is made to precede the consumer's
+        (``cuEventRecord`` + ``cuStreamWaitEvent``).
+
+        Raises ValueError for a closed buffer, ``copy=True``, or a ``dl_device``
+        other than this buffer's."""
+        self.ensure_open()
+        if copy:
+            raise ValueError("Buffer.__dlpack__: copy=True is not supported (export is zero-copy)")
+        if dl_device is not None and tuple(dl_device) != (PYCUDADRV_kDLCUDA, self.device.ordinal):
+            raise ValueError(f"Buffer.__dlpack__: buffer lives on {(PYCUDADRV_kDLCUDA, self.device.ordinal)}, "
+                             f"not {tuple(dl_device)}")
+        if stream is not None and stream != -1:
+            from pycudadrv._stream import Event
+            consumer = Stream.from_handle(int(stream), self.device)
+            if (<Stream>consumer).handle != self.stream.handle:
+                ev = Event(timing=False, device=self.device).record(self.stream)
+                consumer.wait(ev)
+        dt = self.dtype if self.dtype is not None else np.dtype(np.uint8)
+        shape = tuple(self.shape) if self.shape is not None else (self.size,)
+        code = {"i": PYCUDADRV_kDLInt, "u": PYCUDADRV_kDLUInt, "f": PYCUDADRV_kDLFloat,
+                "c": PYCUDADRV_kDLComplex, "b": PYCUDADRV_kDLBool}.get(dt.kind)
+        if code is None:
+            raise TypeError(f"Buffer.__dlpack__: dtype {dt} has no DLPack equivalent")
+        cdef int ndim = len(shape)
+        cdef pycudadrv_DLManagedTensor* m = <pycudadrv_DLManagedTensor*>malloc(
+            sizeof(pycudadrv_DLManagedTensor) + max(ndim, 1) * sizeof(int64_t))
+        if m == NULL:
+            raise MemoryError()
+        m.dl_tensor.data = <void*><uintptr_t>self.ptr
+        m.dl_tensor.device.device_type = PYCUDADRV_kDLCUDA
+        m.dl_tensor.device.device_id = self.device.ordinal
+        m.dl_tensor.ndim = ndim
+        m.dl_tensor.dtype.code = code
+        m.dl_tensor.dtype.bits = dt.itemsize * 8
+        m.dl_tensor.dtype.lanes = 1
+        m.dl_tensor.shape = <int64_t*>(<char*>m + sizeof(pycudadrv_DLManagedTensor))
+        for k in range(ndim):
+            m.dl_tensor.shape[k] = shape[k]
+        m.dl_tensor.strides = NULL
+        m.dl_tensor.byte_offset = 0
+        m.manager_ctx = <void*>self
+        m.deleter = _dl_deleter
+        Py_INCREF(self)
+        return PyCapsule_New(m, "dltensor", _dl_capsule_destructor)
+
     def close(self):
         """Free an owned allocation (``cuMemFreeAsync`` on the allocation stream,
         after its queued work; ``cuMemFree`` for ``async_alloc=False``). Views
@@ -382,6 +524,10 @@ cdef class Buffer:
         if self.owned and self.ptr != 0:
             ptr = self.ptr
             self.ptr = 0
+            if _capture_forbids_free(self.stream):
+                _deferred_frees.append((ptr, self.device, self.stream if self.async_alloc else None))
+                self.owner = None
+                return
             self.device.activate()
             if self.async_alloc:
                 check(driver().p_cuMemFreeAsync(<CUdeviceptr>ptr, self.stream.handle), "cuMemFreeAsync")
@@ -400,6 +546,9 @@ cdef class Buffer:
         cdef pycudadrv_driver_api* d
         if self.owned and not self.closed and self.ptr != 0 and self.device is not None:
             try:
+                if _capture_forbids_free(self.stream):
+                    _deferred_frees.append((self.ptr, self.device, self.stream if self.async_alloc else None))
+                    return
                 d = driver()
                 d.p_cuCtxSetCurrent(self.device.context)
                 if self.async_alloc and self.stream is not None and not self.stream.closed:
@@ -417,16 +566,97 @@ cdef class Buffer:
         return (f"<Buffer 0x{self.ptr:x}, {self.nbytes} bytes{meta}, device {self.device.ordinal}, {kind}>")
 
 
-def asbuffer(obj, *, device=None):
-    """Wrap any object exporting ``__cuda_array_interface__`` (CuPy, PyTorch,
-    Numba, another Buffer) as a Buffer, zero-copy, keeping ``obj`` alive.
+cdef void _dl_deleter(pycudadrv_DLManagedTensor* m) noexcept nogil:
+    with gil:
+        Py_DECREF(<object>m.manager_ctx)
+    free(m)
 
-    The data must be C-contiguous; the buffer records the object's dtype and shape.
+
+cdef void _dl_capsule_destructor(object capsule) noexcept:
+    cdef pycudadrv_DLManagedTensor* m
+    if PyCapsule_IsValid(capsule, "dltensor"):  # never consumed: we still own it
+        m = <pycudadrv_DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef class _DLPackOwner:
+    """Keeps an imported DLPack tensor alive; calls its deleter when dropped."""
+    cdef pycudadrv_DLManagedTensor* m
+    cdef object producer
+
+    def __dealloc__(self):
+        if self.m != NULL and self.m.deleter != NULL:
+            self.m.deleter(self.m)
+        self.m = NULL
+
+
+_DL_KIND = {PYCUDADRV_kDLInt: "i", PYCUDADRV_kDLUInt: "u", PYCUDADRV_kDLFloat: "f",
+            PYCUDADRV_kDLComplex: "c", PYCUDADRV_kDLBool: "b"}
+
+
+cdef Buffer _from_dlpack(obj, device):
+    cdef Device dev = _as_device(device)
+    try:
+        dl_dev = obj.__dlpack_device__()
+    except AttributeError:
+        dl_dev = None
+    if dl_dev is not None and int(dl_dev[0]) not in (PYCUDADRV_kDLCUDA, PYCUDADRV_kDLCUDAManaged):
+        raise TypeError(f"asbuffer: {type(obj).__name__} lives on DLPack device {tuple(dl_dev)}, not CUDA")
+    if dl_dev is not None and device is None:
+        dev = get_device(int(dl_dev[1]))
+    capsule = obj.__dlpack__(stream=int(<uintptr_t>(<Stream>dev.default_stream).handle))
+    if not PyCapsule_IsValid(capsule, "dltensor"):
+        raise TypeError("asbuffer: __dlpack__ did not return an unconsumed 'dltensor' capsule")
+    cdef pycudadrv_DLManagedTensor* m = <pycudadrv_DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
+    cdef _DLPackOwner owner = _DLPackOwner.__new__(_DLPackOwner)
+    owner.m = m
+    owner.producer = obj
+    PyCapsule_SetName(capsule, "used_dltensor")
+    cdef pycudadrv_DLTensor* t = &m.dl_tensor
+    if t.device.device_type not in (PYCUDADRV_kDLCUDA, PYCUDADRV_kDLCUDAManaged):
+        raise TypeError(f"asbuffer: DLPack tensor on device type {t.device.device_type}, not CUDA")
+    if t.dtype.lanes != 1 or t.dtype.code not in _DL_KIND:
+        raise TypeError(f"asbuffer: unsupported DLPack dtype (code {t.dtype.code}, bits {t.dtype.bits}, "
+                        f"lanes {t.dtype.lanes})")
+    dt = np.dtype(f"{_DL_KIND[t.dtype.code]}{t.dtype.bits // 8}") if t.dtype.code != PYCUDADRV_kDLBool \
+        else np.dtype(np.bool_)
+    shape = tuple(t.shape[k] for k in range(t.ndim))
+    count = 1
+    for s in shape:
+        count *= s
+    if t.strides != NULL and count > 1:
+        expect = 1
+        for k in reversed(range(t.ndim)):
+            if shape[k] != 1 and t.strides[k] != expect:
+                raise ValueError(f"asbuffer: non-contiguous DLPack tensor (shape {shape}, strides "
+                                 f"{tuple(t.strides[j] for j in range(t.ndim))} in elements)")
+            expect *= shape[k]
+    cdef Buffer b = Buffer.__new__(Buffer)
+    b.device = get_device(t.device.device_id)
+    b.stream = <Stream>b.device.default_stream
+    b.root = b
+    b.owner = owner
+    b.ptr = <CUdeviceptr><uintptr_t>t.data + t.byte_offset
+    b.nbytes = count * dt.itemsize
+    b.dtype = dt
+    b.shape = shape
+    return b
+
+
+def asbuffer(obj, *, device=None):
+    """Wrap a device array from another library as a Buffer, zero-copy,
+    keeping it alive: anything exporting ``__cuda_array_interface__`` (CuPy,
+    PyTorch, Numba) or ``__dlpack__`` (PyTorch, JAX, CuPy, ...).
+
+    The data must be C-contiguous; the buffer records the object's dtype and
+    shape. With DLPack, the producer orders its pending work before this
+    device's default stream.
 
     Raises
     ------
     TypeError
-        ``obj`` has no ``__cuda_array_interface__``.
+        ``obj`` exports neither protocol, or lives on the host.
     ValueError
         Non-contiguous strides.
     """
@@ -434,7 +664,9 @@ def asbuffer(obj, *, device=None):
         return obj
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is None:
-        raise TypeError(f"{type(obj).__name__} does not export __cuda_array_interface__")
+        if hasattr(obj, "__dlpack__"):
+            return _from_dlpack(obj, device)
+        raise TypeError(f"{type(obj).__name__} exports neither __cuda_array_interface__ nor __dlpack__")
     dt = np.dtype(cai.get("descr", cai["typestr"])) if "descr" in cai and len(cai["descr"]) > 1 else np.dtype(cai["typestr"])
     shape = tuple(cai["shape"])
     strides = cai.get("strides")
@@ -449,6 +681,12 @@ def asbuffer(obj, *, device=None):
     cdef Buffer b = Buffer.__new__(Buffer)
     b.device = _as_device(device)
     b.stream = <Stream>b.device.default_stream
+    producer_stream = cai.get("stream")
+    if producer_stream and int(producer_stream) != <uintptr_t>b.stream.handle:
+        # CAI v3: order the producer's pending work before ours.
+        from pycudadrv._stream import Event
+        ev = Event(timing=False, device=b.device).record(Stream.from_handle(int(producer_stream), b.device))
+        b.stream.wait(ev)
     b.root = b
     b.owner = obj
     b.ptr = <CUdeviceptr>int(cai["data"][0])
@@ -456,3 +694,116 @@ def asbuffer(obj, *, device=None):
     b.dtype = dt
     b.shape = shape
     return b
+
+
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
+cdef class HostBuffer:
+    """Page-locked (pinned) host memory (``cuMemHostAlloc``), exposed as a numpy array.
+
+    Copies between a pinned buffer and a device Buffer are truly asynchronous
+    (``cuMemcpyHtoDAsync``/``cuMemcpyDtoHAsync`` return at once and overlap
+    with kernels on other streams); copies from ordinary pageable numpy
+    memory are synchronous with respect to the host.
+
+    >>> h = HostBuffer.empty((1024,), np.float32)
+    >>> h.array[:] = 1.0
+    >>> dev.write(h.array, stream=s)          # returns immediately
+
+    ``close()`` frees the memory (``cuMemFreeHost``); it raises BufferError
+    while numpy arrays made from it are still alive, so freed memory can
+    never be read through them.
+    """
+    cdef void* ptr
+    cdef size_t nbytes
+    cdef bint closed
+    cdef Py_ssize_t exports
+    cdef public object dtype
+    cdef public object shape
+    cdef readonly Device device
+    cdef Py_ssize_t _shape1[1]
+    cdef Py_ssize_t _strides1[1]
+
+    @staticmethod
+    def empty(shape, dtype=np.uint8, *, device=None):
+        """Pinned host memory of ``shape`` elements of ``dtype`` (uninitialised).
+
+        Raises CudaError (``CUDA_ERROR_OUT_OF_MEMORY``) when the pinned
+        allocation fails."""
+        shape, dt, nbytes = _shape_dtype(shape, dtype)
+        cdef HostBuffer h = HostBuffer.__new__(HostBuffer)
+        cdef Device dev = _as_device(device)
+        h.device = dev
+        h.dtype = dt
+        h.shape = shape
+        h.nbytes = nbytes
+        if nbytes:
+            dev.activate()
+            check(driver().p_cuMemHostAlloc(&h.ptr, nbytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc")
+        return h
+
+    @property
+    def nbytes(self):
+        """Size in bytes."""
+        return self.nbytes
+
+    @property
+    def ptr(self):
+        """Host address as int."""
+        if self.closed:
+            raise ValueError("host buffer is closed")
+        return <uintptr_t>self.ptr
+
+    @property
+    def array(self):
+        """A numpy array over the pinned memory (no copy; keeps this buffer alive)."""
+        if self.closed:
+            raise ValueError("host buffer is closed")
+        return np.frombuffer(self, dtype=self.dtype).reshape(self.shape)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if self.closed:
+            raise ValueError("host buffer is closed")
+        self._shape1[0] = <Py_ssize_t>self.nbytes
+        self._strides1[0] = 1
+        view.buf = self.ptr if self.ptr != NULL else <void*>&self._shape1[0]
+        view.obj = self
+        view.len = self.nbytes
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = "B"
+        view.ndim = 1
+        view.shape = self._shape1
+        view.strides = self._strides1
+        view.suboffsets = NULL
+        view.internal = NULL
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self.exports -= 1
+
+    def close(self):
+        """Free the pinned memory (``cuMemFreeHost``). A second close is a no-op.
+
+        Raises BufferError while arrays made from it are alive."""
+        if self.closed:
+            return
+        if self.exports:
+            raise BufferError(f"HostBuffer.close(): {self.exports} numpy view(s) of it are still alive")
+        self.closed = True
+        if self.ptr != NULL:
+            p = <uintptr_t>self.ptr
+            self.ptr = NULL
+            check(driver().p_cuMemFreeHost(<void*>p), "cuMemFreeHost")
+
+    def __dealloc__(self):
+        if not self.closed and self.ptr != NULL:
+            try:
+                driver().p_cuMemFreeHost(self.ptr)
+            except Exception:
+                pass
+
+    def __repr__(self):
+        if self.closed:
+            return "<HostBuffer closed>"
+        return f"<HostBuffer pinned, {self.nbytes} bytes, dtype={self.dtype}, shape={self.shape}>"

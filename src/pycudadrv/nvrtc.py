@@ -120,6 +120,32 @@ def _declare(lib):
         f.restype = C if name == "nvrtcGetErrorString" else I
 
 
+def default_include_dirs():
+    """Directories with the CUDA device headers (``cuda_fp16.h``,
+    ``cooperative_groups.h``, ...) that compile() passes as ``-I``: beside the
+    NVRTC library (the nvidia-* wheels share one include folder), then
+    ``$CUDA_HOME``/``$CUDA_PATH``, then ``/usr/local/cuda``."""
+    cands = []
+    if _lib_path and os.path.isabs(_lib_path):
+        cands.append(os.path.join(os.path.dirname(os.path.dirname(_lib_path)), "include"))
+    try:
+        import nvidia
+
+        for base in list(nvidia.__path__):
+            cands += sorted(glob.glob(os.path.join(base, "*", "include")))
+    except ImportError:
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            cands.append(os.path.join(os.environ[var], "include"))
+    cands.append("/usr/local/cuda/include")
+    out = []
+    for c in cands:
+        if os.path.isfile(os.path.join(c, "cuda_fp16.h")) and c not in out:
+            out.append(c)
+    return out[:1]
+
+
 def nvrtc_version():
     """``(major, minor)`` of the NVRTC that compile() uses.
     Raises NvrtcUnavailableError when none is found."""
@@ -208,7 +234,8 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
     headers : dict of str -> str, optional
         In-memory headers, name -> source.
     include_paths : sequence of str
-        Directories passed as ``-I``.
+        Directories passed as ``-I`` (before the CUDA headers' directory,
+        which is added automatically: see :func:`default_include_dirs`).
 
     Returns
     -------
@@ -235,7 +262,8 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
         raise ValueError(f"arch must look like 'sm_90' (or 'compute_90'), got {arch!r}")
     num = arch.split("_", 1)[1]
     gpu_arch = ("sm_" if target == "cubin" else "compute_") + num
-    opts = [f"-arch={gpu_arch}", *[f"-I{p}" for p in include_paths], *options]
+    opts = [f"-arch={gpu_arch}", *[f"-I{p}" for p in include_paths],
+            *[f"-I{p}" for p in default_include_dirs()], *options]
     headers = dict(headers or {})
     src = source.encode() if isinstance(source, str) else bytes(source)
     prog = ctypes.c_void_p()
