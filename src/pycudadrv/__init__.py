@@ -35,12 +35,13 @@ from pycudadrv._attributes import DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES
 from pycudadrv._graph import CapturedGraph, GraphUpdateError
 from pycudadrv.nvrtc import NvrtcError, NvrtcUnavailableError, ObjectCode, compile, nvrtc_version
 from pycudadrv.timestamps import Timestamps
+from pycudadrv.dispatch import Dispatch, Encoder
 from pycudadrv import bench, profile  # noqa: F401  (profile reads PYCUDADRV_PROFILE / PYCUDADRV_TRACE)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Buffer", "HostBuffer", "CapturedGraph", "CudaError", "GraphUpdateError", "Timestamps", "CudaUnavailableError", "DEVICE_ATTRIBUTES", "Device", "Event", "FUNCTION_ATTRIBUTES",
+    "Buffer", "Dispatch", "Encoder", "HostBuffer", "CapturedGraph", "CudaError", "GraphUpdateError", "Timestamps", "CudaUnavailableError", "DEVICE_ATTRIBUTES", "Device", "Event", "FUNCTION_ATTRIBUTES",
     "Function", "HEADER_CUDA_VERSION", "LaunchConfig", "MIN_DRIVER_VERSION", "Module", "NotSupportedError",
     "NvrtcError", "NvrtcUnavailableError", "ObjectCode", "PreparedLaunch", "Stream", "asbuffer",
     "clear_module_cache", "compile", "device_count", "driver_version", "fnv1a64", "get_current_device",

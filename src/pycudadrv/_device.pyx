@@ -226,6 +226,12 @@ cdef class Device:
                     canon._default_stream = Stream(canon)
         return canon._default_stream
 
+    def encoder(self, stream=None):
+        """A shader-style :class:`pycudadrv.dispatch.Encoder` on ``stream``
+        (this device's default stream if None)."""
+        from pycudadrv.dispatch import Encoder
+        return Encoder(self, stream)
+
     def synchronize(self):
         """Wait for all work on this device's default stream (``cuStreamSynchronize``)."""
         self.default_stream.synchronize()
