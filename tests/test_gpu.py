@@ -236,8 +236,9 @@ def test_float16_one_and_a_half_arrives_as_0x3e00(echo_module):
     out = cd.Buffer.from_numpy(np.full(16, 0xAB, np.uint8))
     echo_module.function(f"echo{i}").launch(1, 1, out, np.float16(1.5))
     assert out.to_numpy()[:2].tobytes() == b"\x00\x3e"
-    echo_module.function(f"echo{i}").launch(1, 1, out, 1.5)
-    assert out.to_numpy()[:2].tobytes() == b"\x00\x3e"
+    # __half is a 2-byte struct to the kernel (PTX .b8[2]): a Python float is ambiguous there
+    with pytest.raises(TypeError, match="np.float16"):
+        echo_module.function(f"echo{i}").launch(1, 1, out, 1.5)
 
 
 def test_issue_example_float_and_char_from_python_values():

@@ -193,6 +193,9 @@ cdef int _pack_float(double x, Function fn, Py_ssize_t i, ParamSpec* p, unsigned
         raise _arg_error(fn, i, p, a, "a Python float fits 2-, 4- or 8-byte parameters only")
     if kind == K_POINTER or (p.size == 8 and kind != K_BYTES):
         raise _arg_error(fn, i, p, a, "a float given to a pointer-sized parameter (pass a Buffer, None or an int)")
+    if kind == K_BYTES and p.size == 2:
+        raise _arg_error(fn, i, p, a, "a Python float is ambiguous for a 2-byte struct parameter (__half or "
+                         "__nv_bfloat16?): pass np.float16(x) or the exact bytes")
     raise _arg_error(fn, i, p, a, "a float given to a non-floating-point parameter")
 
 

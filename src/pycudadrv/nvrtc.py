@@ -122,9 +122,10 @@ def _declare(lib):
 
 def default_include_dirs():
     """Directories with the CUDA device headers (``cuda_fp16.h``,
-    ``cooperative_groups.h``, ...) that compile() passes as ``-I``: beside the
-    NVRTC library (the nvidia-* wheels share one include folder), then
-    ``$CUDA_HOME``/``$CUDA_PATH``, then ``/usr/local/cuda``."""
+    ``cooperative_groups.h``, and the CCCL headers they include) that
+    compile() passes as ``-I``. Looked for beside the NVRTC library (the
+    nvidia-* wheels share one include folder), then in ``$CUDA_HOME`` /
+    ``$CUDA_PATH``, then ``/usr/local/cuda``; the first complete one wins."""
     cands = []
     if _lib_path and os.path.isabs(_lib_path):
         cands.append(os.path.join(os.path.dirname(os.path.dirname(_lib_path)), "include"))
@@ -139,11 +140,17 @@ def default_include_dirs():
         if os.environ.get(var):
             cands.append(os.path.join(os.environ[var], "include"))
     cands.append("/usr/local/cuda/include")
-    out = []
-    for c in cands:
-        if os.path.isfile(os.path.join(c, "cuda_fp16.h")) and c not in out:
-            out.append(c)
-    return out[:1]
+    def has(c, rel):
+        return os.path.isfile(os.path.join(c, rel))
+
+    complete = [c for c in cands if has(c, "cuda_fp16.h") and has(c, os.path.join("nv", "target"))]
+    if complete:
+        return complete[:1]
+    # An incomplete wheel set (no nvidia-cuda-cccl): take the device headers from one
+    # place and the CCCL headers (nv/target, cuda/std) from another.
+    out = [c for c in cands if has(c, "cuda_fp16.h")][:1]
+    out += [c for c in cands if has(c, os.path.join("nv", "target")) and c not in out][:1]
+    return out
 
 
 def nvrtc_version():
