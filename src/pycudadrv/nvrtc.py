@@ -143,14 +143,21 @@ def default_include_dirs():
     def has(c, rel):
         return os.path.isfile(os.path.join(c, rel))
 
-    complete = [c for c in cands if has(c, "cuda_fp16.h") and has(c, os.path.join("nv", "target"))]
-    if complete:
-        return complete[:1]
-    # An incomplete wheel set (no nvidia-cuda-cccl): take the device headers from one
-    # place and the CCCL headers (nv/target, cuda/std) from another.
-    out = [c for c in cands if has(c, "cuda_fp16.h")][:1]
-    out += [c for c in cands if has(c, os.path.join("nv", "target")) and c not in out][:1]
-    return out
+    def cccl_dir(c):
+        # CUDA 13 keeps CCCL (cuda/std, nv/target, cub, thrust) under include/cccl; older ones in include/
+        for d in (os.path.join(c, "cccl"), c):
+            if has(d, os.path.join("cuda", "std", "type_traits")):
+                return d
+        return None
+
+    device = [c for c in cands if has(c, "cuda_fp16.h")]
+    for c in device:
+        cc = cccl_dir(c)
+        if cc is not None:
+            return [c] if cc == c else [c, cc]
+    # An incomplete wheel set (no nvidia-cuda-cccl): device headers from one place, CCCL from another.
+    other = [d for d in (cccl_dir(c) for c in cands) if d is not None]
+    return device[:1] + other[:1]
 
 
 def nvrtc_version():
