@@ -178,3 +178,12 @@ def test_ptx_entries_parse_arrays_pointers_and_several_entries():
 def test_unknown_signature_type_is_an_error():
     with pytest.raises(ValueError, match="unknown parameter type"):
         sig.parse_signature("float*, quaternion")
+
+
+def test_compile_finds_the_cuda_device_headers_by_itself():
+    src = ("#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n"
+           'extern "C" __global__ void k(__half* p) { cooperative_groups::this_thread_block().sync();'
+           " p[0] = __float2half(1.5f); }")
+    obj = cd.compile(src, arch="sm_90")
+    assert obj.image[:4] == b"\x7fELF"
+    assert any(o.startswith("-I") for o in obj.options)
