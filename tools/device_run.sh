@@ -3,8 +3,10 @@
 # downloaded there), run the whole test suite, the main job and the benchmarks,
 # and write every log under $OUT. Usage: bash tools/device_run.sh [tests|main|bench|all]...
 set -u
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+FINAL_OUT=${OUT:-/tmp/out}
+OUT=$(mktemp -d)   # logs gather here; one tarball goes back (the device tool returns at most 8 files)
+mkdir -p "$FINAL_OUT"
+trap 'tar -czf "$FINAL_OUT/logs.tar.gz" -C "$OUT" . ; cp "$OUT"/pytest.log "$FINAL_OUT"/ 2>/dev/null' EXIT
 export PYTHONUNBUFFERED=1
 what=${*:-all}
 {
@@ -21,13 +23,16 @@ for w in $what; do
     tests|all)
       python3 -m pytest -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -25
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;&
+    examples|all)
+      [ -f examples/particles.py ] && { python3 examples/particles.py 2>&1 | tee "$OUT/particles.log" | tail -25; [ "${PIPESTATUS[0]}" = 0 ] || rc=1; } ;;&
     main|all)
       python3 -m pycudadrv 2>&1 | tee "$OUT/main.log"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;&
     bench|all)
-      for b in bench/launch_overhead.py; do
+      for b in bench/launch_overhead.py bench/graph_replay.py bench/step_loop.py; do
         [ -f "$b" ] && { python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).log" | tail -30; }
       done
       cp bench/results/*.json bench/results/*.png "$OUT/" 2>/dev/null || true ;;
+    *) echo "unknown step $w"; rc=1 ;;
   esac
 done
 exit $rc
