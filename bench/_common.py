@@ -3,6 +3,8 @@
 * :func:`build_c_floor` compiles ``bench/c_floor.c`` with the system C compiler
   into a temporary shared library and loads it with ctypes (:class:`CFloor`).
 * :class:`ParamArray` is a C ``void* kernelParams[]`` over ctypes values.
+* :class:`KernelSeq` (with :func:`param_array_from_bytes`) describes a sequence of
+  kernels for the C floor's ``floor_graph_capture_seq`` / ``floor_launch_seq_loop``.
 * :class:`Row` and :func:`run_interleaved` run every row of a benchmark in
   turn, round after round, with the C floor first and last in each round, and
   keep each round's figures so that only same-round ratios are taken.
@@ -206,6 +208,51 @@ class CFloor:
         return self._check(self.lib.floor_graph_launch_loop_sync(graph_exec, stream, iters),
                            "cuGraphLaunch loop + cuStreamSynchronize")
 
+    # -- sequences of kernels (step_loop.py) ---------------------------------------------------
+
+    @property
+    def has_seq(self) -> bool:
+        """Whether the compiled source has floor_graph_capture_seq / floor_launch_seq_loop."""
+        return hasattr(self.lib, "floor_graph_capture_seq") and hasattr(self.lib, "floor_launch_seq_loop")
+
+    def _need_seq(self) -> None:
+        if not self.has_seq:
+            raise BenchSetupError(f"{self.path}: built from a c_floor.c without floor_graph_capture_seq")
+        lib = self.lib
+        if getattr(self, "_seq_bound", False):
+            return
+        P, I = ctypes.c_void_p, ctypes.c_int
+        lib.floor_graph_capture_seq.argtypes = [I, P, P, P, P, P, I, ctypes.POINTER(P), ctypes.POINTER(I)]
+        lib.floor_graph_capture_seq.restype = I
+        lib.floor_launch_seq_loop.argtypes = [I, P, P, P, P, P, I, I]
+        lib.floor_launch_seq_loop.restype = ctypes.c_double
+        self._seq_bound = True
+
+    def graph_capture_seq(self, seq: "KernelSeq", stream: int, repeats: int) -> tuple[int, int]:
+        """Capture ``repeats`` x the kernels of ``seq`` (in order) on ``stream`` in C and
+        instantiate the graph; returns ``(CUgraphExec as int, number of nodes or -1)``.
+        Replay with :meth:`graph_launch_loop` / :meth:`graph_launch_loop_sync`; free with
+        :meth:`graph_exec_destroy`."""
+        self._need_seq()
+        out = ctypes.c_void_p(None)
+        nodes = ctypes.c_int(-1)
+        rc = self.lib.floor_graph_capture_seq(seq.n, seq.funcs_address, seq.dims_address, seq.shared_address,
+                                              seq.params_address, stream, repeats, ctypes.byref(out),
+                                              ctypes.byref(nodes))
+        self._rc(rc, f"capturing {repeats} x {seq.n} launches into a graph")
+        if not out.value:
+            raise RuntimeError("C floor: floor_graph_capture_seq returned no graph")
+        return int(out.value), int(nodes.value)
+
+    def launch_seq_loop(self, seq: "KernelSeq", stream: int, repeats: int, synchronize: bool = True) -> int:
+        """``repeats`` x the kernels of ``seq`` as plain ``cuLaunchKernel`` calls, then (with
+        ``synchronize``) ``cuStreamSynchronize(stream)``, all timed in C; elapsed nanoseconds."""
+        self._need_seq()
+        return self._check(self.lib.floor_launch_seq_loop(seq.n, seq.funcs_address, seq.dims_address,
+                                                          seq.shared_address, seq.params_address, stream,
+                                                          repeats, 1 if synchronize else 0),
+                           "cuLaunchKernel sequence loop" + (" + cuStreamSynchronize" if synchronize else ""))
+
 
 def _dims3(v, what: str) -> tuple[int, int, int]:
     """An int or a tuple of 1-3 ints -> (x, y, z)."""
@@ -213,6 +260,60 @@ def _dims3(v, what: str) -> tuple[int, int, int]:
     if not 1 <= len(t) <= 3 or any(x < 1 for x in t):
         raise ValueError(f"{what} must be a positive int or 1-3 positive ints, got {v!r}")
     return t + (1,) * (3 - len(t))
+
+
+def param_array_from_bytes(params) -> ParamArray:
+    """A :class:`ParamArray` holding copies of already-marshalled parameter bytes (e.g.
+    ``PreparedLaunch.param_bytes()``), so C launches receive exactly the bits pycudadrv
+    passes. 1-, 2-, 4- and 8-byte values get an integer of that width (naturally aligned);
+    other sizes a byte array."""
+    widths = {1: ctypes.c_uint8, 2: ctypes.c_uint16, 4: ctypes.c_uint32, 8: ctypes.c_uint64}
+    vals = []
+    for raw in params:
+        raw = bytes(raw)
+        t = widths.get(len(raw), ctypes.c_uint8 * max(len(raw), 1))
+        vals.append(t.from_buffer_copy(raw.ljust(ctypes.sizeof(t), b"\0")))
+    return ParamArray(*vals)
+
+
+class KernelSeq:
+    """The kernels of one step for the C floor's sequence functions.
+
+    ``KernelSeq([(func, grid, block, shared_mem_bytes, params), ...])`` with ``func`` a
+    CUfunction as int, ``grid``/``block`` ints or 1-3 tuples and ``params`` a
+    :class:`ParamArray` (or None for a kernel without parameters). Holds the C arrays
+    ``CUfunction funcs[n]``, ``unsigned dims[6n]`` (grid x/y/z, block x/y/z per kernel),
+    ``unsigned shared[n]`` and ``void** params[n]``, and keeps the parameters alive."""
+
+    def __init__(self, kernels):
+        ks = list(kernels)
+        if not ks:
+            raise ValueError("KernelSeq needs at least one kernel")
+        self.n = len(ks)
+        self.param_arrays = [k[4] for k in ks]
+        self.funcs = (ctypes.c_void_p * self.n)(*[int(k[0]) for k in ks])
+        dims = []
+        for k in ks:
+            dims += [*_dims3(k[1], "grid"), *_dims3(k[2], "block")]
+        self.dims = (ctypes.c_uint * (6 * self.n))(*dims)
+        self.shared = (ctypes.c_uint * self.n)(*[int(k[3]) for k in ks])
+        self.params = (ctypes.c_void_p * self.n)(*[None if p is None else p.address for p in self.param_arrays])
+
+    @property
+    def funcs_address(self) -> int:
+        return ctypes.addressof(self.funcs)
+
+    @property
+    def dims_address(self) -> int:
+        return ctypes.addressof(self.dims)
+
+    @property
+    def shared_address(self) -> int:
+        return ctypes.addressof(self.shared)
+
+    @property
+    def params_address(self) -> int:
+        return ctypes.addressof(self.params)
 
 
 def _compiler_version(cc: str) -> str:

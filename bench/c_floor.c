@@ -315,3 +315,110 @@ int floor_stream_synchronize(void *stream) {
         return (int)CUDA_ERROR_NOT_SUPPORTED;
     return (int)p_stream_synchronize((CUstream)stream);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Sequences of kernels (bench/step_loop.py): one "step" is `n_kernels` launches, kernel k being
+ *   funcs[k] with grid dims[6k+0..2], block dims[6k+3..5], shared[k] bytes of dynamic shared
+ *   memory (0 for all when shared is NULL) and kernelParams params[k].
+ *
+ *   int    floor_graph_capture_seq(int n_kernels, void *const *funcs, const unsigned int *dims,
+ *                                  const unsigned int *shared, void **const *params, void *stream,
+ *                                  int repeats, void **graph_exec_out, int *num_nodes_out);
+ *              captures `repeats` steps (repeats x n_kernels cuLaunchKernel calls, in order) on
+ *              `stream` (thread-local capture mode) and instantiates them (flags 0); 0 or a
+ *              CUresult. Replay with floor_graph_launch_loop[_sync]; free with
+ *              floor_graph_exec_destroy.
+ *   double floor_launch_seq_loop(int n_kernels, void *const *funcs, const unsigned int *dims,
+ *                                const unsigned int *shared, void **const *params, void *stream,
+ *                                int repeats, int synchronize);
+ *              `repeats` steps of plain cuLaunchKernel calls, then (when `synchronize`)
+ *              cuStreamSynchronize(stream), all inside the timing; seconds or -(CUresult).
+ * ------------------------------------------------------------------------------------------- */
+
+static CUresult launch_seq(int n_kernels, void *const *funcs, const unsigned int *dims,
+                           const unsigned int *shared, void **const *params, CUstream s) {
+    const launch_kernel_t launch = p_launch_kernel;
+    int k;
+    for (k = 0; k < n_kernels; ++k) {
+        const unsigned int *d = dims + 6 * k;
+        CUresult r = launch((CUfunction)funcs[k], d[0], d[1], d[2], d[3], d[4], d[5],
+                            shared != NULL ? shared[k] : 0u, s, params[k], NULL);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+int floor_graph_capture_seq(int n_kernels, void *const *funcs, const unsigned int *dims,
+                            const unsigned int *shared, void **const *params, void *stream, int repeats,
+                            void **graph_exec_out, int *num_nodes_out) {
+    /* As floor_graph_capture, for a sequence of kernels repeated `repeats` times. On
+     * failure the capture is ended (the stream is usable again), nothing is leaked and
+     * *graph_exec_out is NULL. */
+    const CUstream s = (CUstream)stream;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CUresult r = CUDA_SUCCESS, r_end;
+    size_t n = 0;
+    int i;
+    if (graph_exec_out != NULL)
+        *graph_exec_out = NULL;
+    if (num_nodes_out != NULL)
+        *num_nodes_out = -1;
+    if (graph_exec_out == NULL || n_kernels < 1 || funcs == NULL || dims == NULL || params == NULL ||
+        repeats < 1 || s == NULL)
+        return (int)CUDA_ERROR_INVALID_VALUE;
+    if (p_launch_kernel == NULL || p_stream_begin_capture == NULL || p_stream_end_capture == NULL ||
+        p_graph_instantiate == NULL || p_graph_destroy == NULL)
+        return (int)CUDA_ERROR_NOT_SUPPORTED;
+    r = p_stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != CUDA_SUCCESS)
+        return (int)r;
+    for (i = 0; i < repeats && r == CUDA_SUCCESS; ++i)
+        r = launch_seq(n_kernels, funcs, dims, shared, params, s);
+    r_end = p_stream_end_capture(s, &graph);
+    if (r == CUDA_SUCCESS)
+        r = r_end;
+    if (r == CUDA_SUCCESS && graph == NULL)
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (r == CUDA_SUCCESS && p_graph_get_nodes != NULL && p_graph_get_nodes(graph, NULL, &n) == CUDA_SUCCESS &&
+        num_nodes_out != NULL)
+        *num_nodes_out = (int)n;
+    if (r == CUDA_SUCCESS)
+        r = p_graph_instantiate(&exec, graph, 0);
+    if (graph != NULL)
+        p_graph_destroy(graph);
+    if (r != CUDA_SUCCESS) {
+        if (exec != NULL && p_graph_exec_destroy != NULL)
+            p_graph_exec_destroy(exec);
+        return (int)r;
+    }
+    *graph_exec_out = (void *)exec;
+    return 0;
+}
+
+double floor_launch_seq_loop(int n_kernels, void *const *funcs, const unsigned int *dims,
+                             const unsigned int *shared, void **const *params, void *stream, int repeats,
+                             int synchronize) {
+    const CUstream s = (CUstream)stream;
+    double t0, t1;
+    CUresult r;
+    int i;
+    if (p_launch_kernel == NULL || (synchronize && p_stream_synchronize == NULL))
+        return -(double)CUDA_ERROR_NOT_SUPPORTED;
+    if (n_kernels < 1 || funcs == NULL || dims == NULL || params == NULL)
+        return -(double)CUDA_ERROR_INVALID_VALUE;
+    t0 = now_s();
+    for (i = 0; i < repeats; ++i) {
+        r = launch_seq(n_kernels, funcs, dims, shared, params, s);
+        if (r != CUDA_SUCCESS)
+            return -(double)r;
+    }
+    if (synchronize) {
+        r = p_stream_synchronize(s);
+        if (r != CUDA_SUCCESS)
+            return -(double)r;
+    }
+    t1 = now_s();
+    return t1 - t0;
+}

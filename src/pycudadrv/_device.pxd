@@ -16,7 +16,7 @@ cdef class Device:
 
     # Make this device's primary context current on the calling thread (one
     # cuCtxGetCurrent; cuCtxSetCurrent only when it differs).
-    cdef int activate(self) except -1 nogil
+    cdef int activate(self) except -1
     cdef int _attr(self, int attr) except? -1
 
 cdef Device get_device(int ordinal)

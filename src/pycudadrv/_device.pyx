@@ -7,6 +7,7 @@ from pycudadrv._driver_api cimport pycudadrv_driver_api
 import threading
 from pycudadrv import _attributes
 
+cdef pycudadrv_driver_api* _d = NULL
 cdef dict _devices = {}
 cdef set _peer_enabled = set()
 _devices_lock = threading.Lock()
@@ -105,13 +106,13 @@ cdef class Device:
               "cuDeviceGetAttribute")
         return v
 
-    cdef int activate(self) except -1 nogil:
+    cdef int activate(self) except -1:
+        global _d
         cdef CUcontext cur = NULL
-        with gil:
-            d = driver()
-        check(d.p_cuCtxGetCurrent(&cur), "cuCtxGetCurrent")
-        if cur != self.context:
-            check(d.p_cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+        if _d == NULL:
+            _d = driver()
+        if _d.p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS or cur != self.context:
+            check(_d.p_cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
         return 0
 
     def set_current(self):

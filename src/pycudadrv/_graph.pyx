@@ -19,6 +19,15 @@ cdef dict _MODES = {"global": CU_STREAM_CAPTURE_MODE_GLOBAL,
                     "relaxed": CU_STREAM_CAPTURE_MODE_RELAXED}
 
 
+cdef bint _release_gil = False
+cdef pycudadrv_driver_api* _d = NULL
+
+
+def _set_release_gil(bint flag):
+    global _release_gil
+    _release_gil = flag
+
+
 class GraphUpdateError(RuntimeError):
     """The driver refused to update an instantiated graph; the message says why."""
 
@@ -156,12 +165,21 @@ cdef class CapturedGraph:
     def launch(self, stream=None):
         """Replay the graph (``cuGraphLaunch``) on ``stream`` (default: the
         capture stream). Asynchronous, like a kernel launch."""
-        self._ready()
+        global _d
+        if self.exec_ == NULL or self.closed:
+            self._ready()
         cdef Stream s = self.stream if stream is None else resolve_stream(stream, self.stream.device)
         cdef CUresult r
-        cdef pycudadrv_driver_api* d = driver()
+        if _d == NULL:
+            _d = driver()
+        cdef pycudadrv_driver_api* d = _d
+        if s.closed:
+            s.ensure_open()
         s.device.activate()
-        with nogil:
+        if _release_gil:
+            with nogil:
+                r = d.p_cuGraphLaunch(self.exec_, s.handle)
+        else:
             r = d.p_cuGraphLaunch(self.exec_, s.handle)
         if r != CUDA_SUCCESS:
             raise make_error(r, "cuGraphLaunch", f"replaying {self!r}")

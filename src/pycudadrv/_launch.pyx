@@ -32,7 +32,11 @@ cdef tuple KIND_TEXT = ("parameter", "integer parameter", "unsigned integer para
                         "floating-point parameter", "pointer parameter", "struct/bytes parameter",
                         "integer parameter")
 
-cdef bint _release_gil = True
+# Launches hold the GIL by default: releasing and re-taking it costs more than a
+# third of pycudadrv's own overhead per launch (measured by bench/launch_overhead.py,
+# "prepared, GIL held" row). Blocking calls (synchronize, copies to the host) always
+# release it.
+cdef bint _release_gil = False
 cdef pycudadrv_driver_api* _d = NULL
 # Instrumentation (profiling / tracing): an object with before(fn, stream) -> token and
 # after(token, fn, stream, grid, block, shared_mem_bytes), or None (the fast path).
@@ -53,9 +57,21 @@ def get_launch_hook():
 
 
 def set_release_gil(bint flag):
-    """Whether launches release the GIL around the driver call (default True)."""
+    """Whether kernel and graph launches release the GIL around the driver
+    call (default False: a launch returns in microseconds, and holding the
+    GIL is measurably faster). Turn it on when other Python threads must run
+    during launches. Returns the previous setting."""
     global _release_gil
+    prev = _release_gil
     _release_gil = flag
+    from pycudadrv import _graph
+    _graph._set_release_gil(flag)
+    return prev
+
+
+def get_release_gil():
+    """Whether launches release the GIL (see :func:`set_release_gil`)."""
+    return _release_gil
 
 
 class NotSupportedError(RuntimeError):
@@ -713,8 +729,7 @@ cdef class Function:
                 call = "cuLaunchKernel"
             else:
                 _fill_ex(&cfg, attrs, lc, s.handle)
-                with nogil:
-                    r = d.p_cuLaunchKernelEx(&cfg, self.handle, kp, NULL)
+                r = d.p_cuLaunchKernelEx(&cfg, self.handle, kp, NULL)
                 call = "cuLaunchKernelEx"
             if r != CUDA_SUCCESS:
                 raise _launch_error(r, call, self, g, b, shared_mem_bytes, args)
@@ -845,8 +860,7 @@ cdef class PreparedLaunch:
             if r != CUDA_SUCCESS:
                 raise _launch_error(r, "cuLaunchKernel", fn, c.grid, c.block, c.shared_mem_bytes, tuple(self._held))
         else:
-            with nogil:
-                r = d.p_cuLaunchKernelEx(&self.ex_config, fn.handle, self.kernel_params, NULL)
+            r = d.p_cuLaunchKernelEx(&self.ex_config, fn.handle, self.kernel_params, NULL)
             if r != CUDA_SUCCESS:
                 raise _launch_error(r, "cuLaunchKernelEx", fn, c.grid, c.block, c.shared_mem_bytes,
                                     tuple(self._held))
