@@ -34,3 +34,11 @@ def rng(request):
     seed = int.from_bytes(os.urandom(8), "little")
     print(f"rng seed: {seed}")
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_compile_cache(tmp_path_factory):
+    """Keep the test run's compile cache out of the user's cache directory."""
+    if "PYCUDADRV_CACHE_DIR" not in os.environ:
+        os.environ["PYCUDADRV_CACHE_DIR"] = str(tmp_path_factory.mktemp("nvrtc-cache"))
+    yield

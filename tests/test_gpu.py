@@ -451,3 +451,37 @@ def test_events_time_a_kernel(saxpy_module):
     nt = cd.Event(timing=False).record(s)
     with pytest.raises(ValueError, match="without timing"):
         cd.Event.elapsed_ms(nt, end)
+
+
+def test_template_kernels_through_name_expressions(rng):
+    src = "template <typename T> __global__ void fill(T* p, T v, int n) { int i = threadIdx.x; if (i < n) p[i] = v; }"
+    m = cd.compile(src, name_expressions=("fill<float>", "fill<double>")).load()
+    f32, f64 = m.function("fill<float>"), m.function("fill<double>")
+    assert f32.name.startswith("_Z") and f32 is not f64
+    a = cd.Buffer.from_numpy(np.full(32, np.nan, np.float32))
+    b = cd.Buffer.from_numpy(np.full(32, np.nan, np.float64))
+    v = float(rng.standard_normal())
+    f32.launch(1, 32, a, v, 32)
+    f64.launch(1, 32, b, v, 32)
+    assert (a.to_numpy() == np.float32(v)).all() and (b.to_numpy() == v).all()
+
+
+def test_programmatic_dependent_launch_runs_in_order(rng):
+    if cd.Device(0).compute_capability < (9, 0):
+        pytest.skip("programmatic dependent launch needs sm_90")
+    m = cd.compile(r'''
+extern "C" __global__ void produce(float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] = 2.0f * i;
+    asm volatile("griddepcontrol.launch_dependents;");
+}
+extern "C" __global__ void consume(float* y, const float* x, int n) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = x[i] + 1.0f;
+}''').load()
+    n = 1 << 16
+    x = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+    y = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+    s = cd.Stream()
+    m.function("produce").launch(n // 256, 256, x, n, stream=s)
+    m.function("consume").launch(n // 256, 256, y, x, n, stream=s, programmatic_dependent=True)
+    np.testing.assert_array_equal(y.to_numpy(stream=s), 2.0 * np.arange(n, dtype=np.float32) + 1.0)

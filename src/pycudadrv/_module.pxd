@@ -9,4 +9,5 @@ cdef class Module:
     cdef bytes image
     cdef object ptx_layouts         # entry name -> layout, from PTX text when known
     cdef dict _functions
+    cdef public dict lowered_names  # name expression -> mangled name (from compile())
     cdef bint closed

@@ -76,8 +76,10 @@ def load_module(image, *, device=None, ptx=None):
         error log (e.g. ``CUDA_ERROR_UNSUPPORTED_PTX_VERSION`` when the PTX is
         newer than the driver: compile to CUBIN for the device instead).
     """
+    lowered = None
     if hasattr(image, "image") and hasattr(image, "target"):
         ptx = ptx if ptx is not None else getattr(image, "ptx", None)
+        lowered = getattr(image, "lowered_names", None)
         image = image.image
     if isinstance(image, str):
         image = image.encode()
@@ -87,14 +89,14 @@ def load_module(image, *, device=None, ptx=None):
     h = fnv1a64(data)
     key = (dev.ordinal, h)
     mod = _cache.get(key)
-    if mod is not None and not (<Module>mod).closed and (<Module>mod).image == data:
-        return mod
-    with _cache_lock:
-        mod = _cache.get(key)
-        if mod is not None and not (<Module>mod).closed and (<Module>mod).image == data:
-            return mod
-        mod = Module._load(data, kind, dev, h, ptx)
-        _cache[key] = mod
+    if mod is None or (<Module>mod).closed or (<Module>mod).image != data:
+        with _cache_lock:
+            mod = _cache.get(key)
+            if mod is None or (<Module>mod).closed or (<Module>mod).image != data:
+                mod = Module._load(data, kind, dev, h, ptx)
+                _cache[key] = mod
+    if lowered:
+        (<Module>mod).lowered_names.update(lowered)
     return mod
 
 
@@ -161,6 +163,7 @@ cdef class Module:
         m.hash = h
         m.image = data
         m._functions = {}
+        m.lowered_names = {}
         m.closed = False
         if kind == "ptx":
             m.ptx_layouts = _signature.ptx_entries(data.decode(errors="replace"))
@@ -203,6 +206,10 @@ cdef class Module:
     def function(self, str name, signature=None):
         """The kernel ``name`` (``cuModuleGetFunction``), cached per module.
 
+        ``name`` is the entry point's name, or a name expression given to
+        ``compile(..., name_expressions=...)`` such as ``"axpy<float>"``
+        (looked up through its lowered, mangled name).
+
         ``signature`` (optional) declares the parameter types; see
         :meth:`Function.set_signature`.
 
@@ -214,6 +221,7 @@ cdef class Module:
         """
         if self.closed:
             raise ValueError("module is unloaded")
+        name = self.lowered_names.get(name, name)
         fn = self._functions.get(name)
         if fn is not None and signature is None:
             return fn

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import hashlib
+import json
 import os
+import struct
+import tempfile
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrtc_version", "nvrtc_path"]
+__all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrtc_version", "nvrtc_path",
+           "cache_dir", "clear_cache"]
 
 
 class NvrtcUnavailableError(RuntimeError):
@@ -190,6 +195,7 @@ class ObjectCode:
     options: tuple = ()
     lowered_names: dict = field(default_factory=dict)
     nvrtc_version: tuple = (0, 0)
+    from_cache: bool = False
 
     def load(self, device=None):
         """Load into ``device`` (current by default) through the module cache;
@@ -201,6 +207,100 @@ class ObjectCode:
     def __repr__(self):
         return (f"<ObjectCode {self.target} for {self.arch}, {len(self.image)} bytes, "
                 f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]}>")
+
+
+# --- on-disk compile cache ----------------------------------------------------------------
+#
+# One file per compilation, named by the SHA-256 of everything that determines NVRTC's
+# output: source, in-memory headers, options (the -I paths included), name expressions,
+# target, architecture and NVRTC version. Headers that NVRTC reads from include paths on
+# disk are not hashed: change one and clear the cache (or set PYCUDADRV_CACHE=0).
+# File layout: MAGIC | sha256(body) (32 bytes) | body, where body = u32 length of a JSON
+# header | JSON | image bytes. Files are written to a temporary name and renamed, so a
+# reader never sees half a file; a file whose checksum does not match is recompiled.
+
+_MAGIC = b"PYCUDADRV-CACHE1"
+
+
+def cache_dir():
+    """Directory of the compile cache: ``$PYCUDADRV_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/pycudadrv``, else ``~/.cache/pycudadrv``; None when
+    ``PYCUDADRV_CACHE=0`` disables it."""
+    if os.environ.get("PYCUDADRV_CACHE", "1") in ("0", "false", "no", "off"):
+        return None
+    d = os.environ.get("PYCUDADRV_CACHE_DIR")
+    if not d:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "pycudadrv")
+    return d
+
+
+def clear_cache():
+    """Delete every cached compilation; returns how many files were removed."""
+    d = cache_dir()
+    n = 0
+    if d and os.path.isdir(d):
+        for f in glob.glob(os.path.join(d, "*.nvrtc")):
+            try:
+                os.remove(f)
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
+def _cache_key(src, headers, opts, name_expressions, target, arch, version):
+    h = hashlib.sha256()
+    for part in (b"pycudadrv compile v1", src, json.dumps(sorted(headers.items())).encode(),
+                 json.dumps(list(opts)).encode(), json.dumps(list(name_expressions)).encode(),
+                 target.encode(), arch.encode(), json.dumps(list(version)).encode()):
+        h.update(struct.pack("<Q", len(part)))
+        h.update(part)
+    return h.hexdigest()
+
+
+def _cache_read(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    if len(data) < len(_MAGIC) + 36 or not data.startswith(_MAGIC):
+        return None
+    digest, body = data[len(_MAGIC):len(_MAGIC) + 32], data[len(_MAGIC) + 32:]
+    if hashlib.sha256(body).digest() != digest:
+        return None  # truncated or corrupt: recompile
+    (n,) = struct.unpack("<I", body[:4])
+    try:
+        meta = json.loads(body[4:4 + n])
+    except ValueError:
+        return None
+    image = body[4 + n:]
+    if len(image) != meta.get("image_bytes"):
+        return None
+    return ObjectCode(image=image, target=meta["target"], arch=meta["arch"], ptx=meta.get("ptx"),
+                      log=meta.get("log", ""), options=tuple(meta["options"]),
+                      lowered_names=dict(meta.get("lowered_names", {})),
+                      nvrtc_version=tuple(meta["nvrtc_version"]), from_cache=True)
+
+
+def _cache_write(path, obj):
+    meta = json.dumps({"target": obj.target, "arch": obj.arch, "ptx": obj.ptx, "log": obj.log,
+                       "options": list(obj.options), "lowered_names": obj.lowered_names,
+                       "nvrtc_version": list(obj.nvrtc_version), "image_bytes": len(obj.image)}).encode()
+    body = struct.pack("<I", len(meta)) + meta + obj.image
+    d = os.path.dirname(path)
+    try:
+        os.makedirs(d, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".nvrtc")
+        with os.fdopen(fd, "wb") as f:
+            f.write(_MAGIC + hashlib.sha256(body).digest() + body)
+        os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
+    except OSError:
+        try:
+            os.remove(tmp)
+        except (OSError, UnboundLocalError):
+            pass
 
 
 def _check(lib, code, what, prog=None, options=(), name="kernel.cu"):
@@ -226,7 +326,7 @@ def _default_arch():
 
 
 def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, name_expressions=(),
-            headers=None, include_paths=()):
+            headers=None, include_paths=(), use_cache=True):
     """Compile CUDA C++ ``source`` with NVRTC.
 
     Parameters
@@ -250,6 +350,11 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
     include_paths : sequence of str
         Directories passed as ``-I`` (before the CUDA headers' directory,
         which is added automatically: see :func:`default_include_dirs`).
+    use_cache : bool
+        Look the result up in (and store it into) the on-disk compile cache
+        (:func:`cache_dir`; ``PYCUDADRV_CACHE=0`` disables it everywhere).
+        The key is a SHA-256 of source, headers, options, name expressions,
+        target, arch and NVRTC version; a corrupt entry is recompiled.
 
     Returns
     -------
@@ -280,6 +385,21 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
             *[f"-I{p}" for p in default_include_dirs()], *options]
     headers = dict(headers or {})
     src = source.encode() if isinstance(source, str) else bytes(source)
+    cache_path = None
+    cdir = cache_dir() if use_cache else None
+    if cdir:
+        key = _cache_key(src, headers, opts, name_expressions, target, gpu_arch, nvrtc_version())
+        cache_path = os.path.join(cdir, key + ".nvrtc")
+        hit = _cache_read(cache_path)
+        if hit is not None:
+            return hit
+    obj = _compile(lib, src, name, headers, opts, name_expressions, target, gpu_arch)
+    if cache_path:
+        _cache_write(cache_path, obj)
+    return obj
+
+
+def _compile(lib, src, name, headers, opts, name_expressions, target, gpu_arch):
     prog = ctypes.c_void_p()
     hnames = (ctypes.c_char_p * max(len(headers), 1))(*[k.encode() for k in headers])
     hsrcs = (ctypes.c_char_p * max(len(headers), 1))(*[v.encode() for v in headers.values()])
