@@ -55,7 +55,7 @@ if __name__ == "__main__":
             [f"src/pycudadrv/{m}.pyx"],
             include_dirs=[os.path.join(here, "include"), cuda_inc],
             libraries=["dl"],
-            extra_compile_args=["-O3", "-Wno-unused-function"],
+            extra_compile_args=["-O3", "-g0", "-Wno-unused-function"],
         )
         for m in modules
     ]

@@ -570,7 +570,11 @@ def main(argv=None) -> int:
         return 1
 
     n, steps, k = args.n, args.steps, args.k
-    sim = Simulation(n)
+    try:
+        sim = Simulation(n)
+    except cd.NvrtcUnavailableError as e:
+        print(f"particles: NVRTC unavailable (needed to compile the kernels): {e}", file=sys.stderr)
+        return 1
     params = sim.params
     dev = sim.device
     dv = cd.driver_version()
