@@ -3,7 +3,8 @@
 cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, uintptr_t, INT64_MIN
 from libc.stdlib cimport malloc, free
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy, memset, memcmp
+from cpython.object cimport Py_TYPE
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyObject_CheckBuffer
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.float cimport PyFloat_AS_DOUBLE
@@ -76,6 +77,56 @@ def get_release_gil():
 
 class NotSupportedError(RuntimeError):
     """The device or driver cannot do what was asked (e.g. thread-block clusters below sm_90)."""
+
+
+# --- numpy scalar fast path ---------------------------------------------------------------
+# A numpy scalar of a fixed-size builtin type stores its value right after the object
+# header (numpy's arrayscalars.h: PyObject_HEAD then `obval`). The offset of each type is
+# verified at import against the value's tobytes(); a type that does not verify, or that
+# is not in the table, goes through the buffer protocol instead.
+cdef enum:
+    _NP_MAX = 16
+cdef void* _np_type[_NP_MAX]
+cdef Py_ssize_t _np_size[_NP_MAX]
+cdef Py_ssize_t _np_offset[_NP_MAX]
+cdef bint _np_is_float[_NP_MAX]
+cdef int _n_np = 0
+
+
+def _init_numpy_fast_path():
+    global _n_np
+    cdef object v
+    cdef bytes expect
+    cdef Py_ssize_t off
+    samples = [(np.bool_, True), (np.int8, -7), (np.uint8, 201), (np.int16, -12345), (np.uint16, 54321),
+               (np.int32, -123456789), (np.uint32, 3123456789), (np.int64, -1234567890123),
+               (np.uint64, 12345678901234567890), (np.float16, 1.5), (np.float32, -2.75),
+               (np.float64, 3.141592653589793), (np.complex64, 1.5 - 2.5j), (np.complex128, -0.5 + 0.25j)]
+    _n_np = 0
+    for t, sample in samples:
+        v = t(sample)
+        expect = np.asarray(v).tobytes()
+        for off in (16, 24, 32):
+            if memcmp(<char*><void*>v + off, <char*>expect, len(expect)) == 0:
+                _np_type[_n_np] = <void*>Py_TYPE(v)
+                _np_size[_n_np] = len(expect)
+                _np_offset[_n_np] = off
+                _np_is_float[_n_np] = v.dtype.kind in "fc"
+                _n_np += 1
+                break
+    return _n_np
+
+
+_init_numpy_fast_path()
+
+
+cdef inline int _np_index(object a) noexcept:
+    cdef void* t = <void*>Py_TYPE(a)
+    cdef int k
+    for k in range(_n_np):
+        if _np_type[k] == t:
+            return k
+    return -1
 
 
 cdef inline pycudadrv_driver_api* _drv() except NULL:
@@ -311,6 +362,10 @@ cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsi
         return _pack_int(a, fn, i, p, dst)
     if t is bool:
         return _pack_int(1 if a is True else 0, fn, i, p, dst)
+    cdef int k = _np_index(a)
+    if k >= 0 and <size_t>_np_size[k] == p.size and not (_np_is_float[k] and p.kind == K_POINTER):
+        memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])
+        return 0
     return _pack_slow(a, fn, i, p, dst)
 
 

@@ -5,7 +5,7 @@ from typing import Any, Literal, Protocol, SupportsIndex, TypeAlias, TypeVar, ov
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
-from typing_extensions import CapsuleType, Self
+from typing_extensions import CapsuleType, Self, disjoint_base
 
 from pycudadrv._device import Device
 from pycudadrv._stream import Stream, _DeviceLike, _StreamLike
@@ -23,6 +23,7 @@ _ArrayT = TypeVar("_ArrayT", bound=np.ndarray[Any, Any])
 
 def flush_deferred_frees() -> None: ...
 
+@disjoint_base
 class Buffer:
     """A device allocation, or a view of part of one."""
 
@@ -127,6 +128,7 @@ class Buffer:
 
 def asbuffer(obj: _SupportsCudaArrayInterface | _SupportsDLPack, *, device: _DeviceLike | None = None) -> Buffer: ...
 
+@disjoint_base
 class HostBuffer:
     """Page-locked (pinned) host memory (``cuMemHostAlloc``), exposed as a numpy array."""
 

@@ -84,6 +84,7 @@ class Dispatch:
         self._bindings = {}
         self._push = ()
         self._prepared = {}
+        self._by_grid = {}  # the grid as the caller passed it -> PreparedLaunch
         self.persistent_blocks = persistent_blocks
 
     # -- bindings ----------------------------------------------------------------------
@@ -102,6 +103,7 @@ class Dispatch:
             raise ValueError(f"binding slot must be (space, index) of non-negative ints, got {slot!r}")
         self._bindings[(int(slot[0]), int(slot[1]))] = (buffer, kind)
         self._prepared.clear()
+        self._by_grid.clear()
         return self
 
     def set_push_constants(self, data):
@@ -111,6 +113,7 @@ class Dispatch:
         raw += b"\0" * (-len(raw) % 8)
         self._push = tuple(np.frombuffer(raw, dtype=np.uint64)) if raw else ()
         self._prepared.clear()
+        self._by_grid.clear()
         return self
 
     def arguments(self, indirect=None):
@@ -147,6 +150,15 @@ class Dispatch:
         A zero-size grid or an empty indirect buffer is a no-op. Raises
         ValueError when none or several are given, or the indirect buffer is
         not 0 or at least 12 bytes."""
+        if threads is None and indirect is None:
+            # Fast path: a grid seen before (as the same hashable value) -> its prepared launch.
+            try:
+                p = self._by_grid.get(grid)
+            except TypeError:  # unhashable (a list): take the slow path
+                p = None
+            if p is not None:
+                p.launch()
+                return
         if sum(x is not None for x in (grid, threads, indirect)) != 1:
             raise ValueError("give exactly one of grid=, threads= or indirect=")
         if indirect is not None:
@@ -176,6 +188,8 @@ class Dispatch:
         if 0 in g:
             return
         self._launch(g, None)
+        if threads is None:
+            self._by_grid[grid] = self._prepared[(g, False, None)]
 
     launch = dispatch
 

@@ -1,0 +1,330 @@
+#!/usr/bin/env python3
+"""Generate docs/api.md from the docstrings of the built package.
+
+    python setup.py -q build_ext --inplace && python docs/gen_api.py > docs/api.md
+
+Signatures of the compiled (Cython) callables come from the first docstring
+line that ``embedsignature`` writes; constructors, properties and attributes
+of the compiled classes, which carry no such line, take their types from the
+``.pyi`` stubs beside them. Python modules are read with ``inspect``. Nothing
+here needs a GPU.
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
+
+import pycudadrv  # noqa: E402
+from pycudadrv import bench, dispatch, nvrtc, profile, timestamps  # noqa: E402
+from pycudadrv import _launch  # noqa: E402
+
+PKG = os.path.dirname(pycudadrv.__file__)
+
+# (title, module, names): every name in pycudadrv.__all__ must land in one section.
+SECTIONS = [
+    ("Driver and errors", "pycudadrv._driver", None),
+    ("Devices", "pycudadrv._device", None),
+    ("Streams and events", "pycudadrv._stream", None),
+    ("Memory", "pycudadrv._memory", None),
+    ("Modules", "pycudadrv._module", None),
+    ("Kernels and launches", "pycudadrv._launch", None),
+    ("Graphs", "pycudadrv._graph", None),
+    ("Attribute tables", "pycudadrv._attributes", None),
+    ("Compilation (pycudadrv.nvrtc)", "pycudadrv.nvrtc", nvrtc.__all__),
+    ("Timing (pycudadrv.timestamps, pycudadrv.bench)", "pycudadrv.timestamps", timestamps.__all__),
+    (None, "pycudadrv.bench", bench.__all__),
+    ("Profiling and tracing (pycudadrv.profile)", "pycudadrv.profile", profile.__all__),
+    ("Shader-style dispatch (pycudadrv.dispatch)", "pycudadrv.dispatch", dispatch.__all__),
+]
+# Public functions of the compiled modules that pycudadrv/__init__.py does not re-export.
+EXTRA = {"pycudadrv._launch": ["set_release_gil", "get_release_gil"]}
+CONSTANTS = {
+    "HEADER_CUDA_VERSION": "CUDA version of the `cuda.h` this build was compiled against (1000*major + 10*minor).",
+    "MIN_DRIVER_VERSION": "Oldest driver pycudadrv runs on, as a CUDA version (1000*major + 10*minor).",
+    "DEVICE_ATTRIBUTES": "`CU_DEVICE_ATTRIBUTE_*` name -> value, generated from `cuda.h`; "
+                         "names accepted by `Device.attribute`.",
+    "FUNCTION_ATTRIBUTES": "`CU_FUNC_ATTRIBUTE_*` name -> value, generated from `cuda.h`; "
+                           "names accepted by `Function.attribute`.",
+}
+# Dunder members worth listing (others are plumbing).
+DUNDERS = {"__call__", "__getitem__", "__len__", "__sub__", "__enter__", "__cuda_array_interface__",
+           "__cuda_stream__", "__dlpack__", "__dlpack_device__", "__float__"}
+
+
+# --- stubs ------------------------------------------------------------------------------
+
+PROTOCOLS = {
+    "_SupportsCudaStream": "any object with a `__cuda_stream__()` method returning `(version, handle)`",
+    "_SupportsCudaArrayInterface": "any object with a `__cuda_array_interface__` (CuPy, Numba, PyTorch, ...)",
+    "_SupportsDLPack": "any object with `__dlpack__` (PyTorch, JAX, CuPy, ...)",
+    "_LaunchHook": "an object with `before(fn, stream) -> token` and "
+                   "`after(token, fn, stream, grid, block, shared_mem_bytes)`",
+}
+
+
+def stub_aliases():
+    """{name: definition} of the private type aliases and type variables of every stub."""
+    aliases = {}
+    for f in sorted(os.listdir(PKG)):
+        if not f.endswith(".pyi"):
+            continue
+        for node in ast.parse(open(os.path.join(PKG, f)).read()).body:
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and ast.unparse(node.annotation) == "TypeAlias" and node.target.id.startswith("_")):
+                aliases[node.target.id] = ast.unparse(node.value)
+            elif (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                  and ast.unparse(node.value.func) == "TypeVar"):
+                bound = [k for k in node.value.keywords if k.arg == "bound"]
+                aliases[node.targets[0].id] = ("a type variable bound to " + ast.unparse(bound[0].value)
+                                               if bound else "a type variable")
+    return aliases
+
+
+def public_type(t, cls=None):
+    """Stub type text for the docs: private names lose their underscore, Self becomes the class."""
+    if cls:
+        t = re.sub(r"\bSelf\b", cls, t)
+    return re.sub(r"\b_([A-Z]\w*)", r"\1", t)
+
+
+def stub_info(module_name):
+    """{class: {member: (kind, text)}} from the module's .pyi, kind in
+    'property', 'attribute', 'new', 'method'; text is a type (for a method,
+    its return type; None when overloaded) or the constructor's signature."""
+    path = os.path.join(PKG, module_name.rsplit(".", 1)[1] + ".pyi")
+    if not os.path.exists(path):
+        return {}
+    tree = ast.parse(open(path).read())
+    out = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        members = out.setdefault(node.name, {})
+
+        def text(expr):
+            return public_type(ast.unparse(expr), node.name)
+
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                members[item.target.id] = ("attribute", text(item.annotation))
+            elif isinstance(item, ast.FunctionDef):
+                decos = {ast.unparse(d) for d in item.decorator_list}
+                if "property" in decos:
+                    members[item.name] = ("property", text(item.returns))
+                elif item.name in ("__new__", "__init__"):
+                    args = item.args
+                    args.args = args.args[1:]  # drop cls / self
+                    members["__new__"] = ("new", f"{node.name}({text(args)})")
+                elif "overload" in decos or item.name in members:
+                    members[item.name] = ("method", None)
+                else:
+                    members[item.name] = ("method", text(item.returns))
+    return out
+
+
+# --- docstrings -> Markdown -------------------------------------------------------------
+
+ROLE = re.compile(r":(?:class|meth|func|attr|mod|data|exc):`~?([^`]+)`")
+
+
+def inline(text):
+    text = ROLE.sub(lambda m: f"``{m.group(1)}``", text)
+    return re.sub(r"``(.+?)``", r"`\1`", text)
+
+
+def to_markdown(doc):
+    """Numpydoc-style docstring -> Markdown: section headings, parameter lists,
+    doctest and literal blocks fenced, RST inline markup made Markdown."""
+    lines = inspect.cleandoc(doc).splitlines()
+    out, i, in_section, bullet_open = [], 0, False, False
+    while i < len(lines):
+        line = lines[i]
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if line.strip() and re.fullmatch(r"[-=]{3,}", nxt.strip()) and len(nxt.strip()) >= len(line.strip()):
+            out.append(f"**{line.strip()}**")
+            out.append("")
+            in_section = line.strip() in ("Parameters", "Returns", "Raises", "Attributes")
+            i += 2
+            continue
+        if line.lstrip().startswith(">>>"):
+            block = []
+            while i < len(lines) and lines[i].strip():
+                block.append(lines[i].strip() if lines[i].lstrip().startswith((">>>", "...")) else lines[i])
+                i += 1
+            out += ["```python", *block, "```"]
+            continue
+        if line.rstrip().endswith("::") and i + 1 < len(lines):
+            out.append(inline(line.rstrip()[:-1]))
+            i += 1
+            while i < len(lines) and not lines[i].strip():
+                i += 1
+            block = []
+            while i < len(lines) and (not lines[i].strip() or lines[i].startswith((" ", "\t"))):
+                block.append(lines[i])
+                i += 1
+            while block and not block[-1].strip():
+                block.pop()
+            indent = min(len(b) - len(b.lstrip()) for b in block if b.strip())
+            out += ["", "```c", *[b[indent:] for b in block], "```", ""]
+            continue
+        if in_section and line.strip():
+            if not line.startswith(" "):
+                name, _, typ = line.partition(" : ")
+                out.append(f"- `{name.strip()}`" + (f" ({inline(typ.strip())})" if typ else ""))
+                bullet_open = True
+            elif bullet_open:
+                out[-1] += ": " + inline(line.strip())
+                bullet_open = False
+            else:
+                out.append("  " + inline(line.strip()))
+            i += 1
+            continue
+        if not line.strip():
+            in_section = in_section and bool(nxt.startswith(" ") or (nxt and " : " in nxt))
+        out.append(inline(line))
+        i += 1
+    return "\n".join(out).strip()
+
+
+def split_signature(obj, name):
+    """(signature line, docstring rest) of a compiled or Python callable."""
+    doc = inspect.getdoc(obj) or ""
+    first, _, rest = doc.partition("\n")
+    if re.match(r"^[\w.]*\b" + re.escape(name) + r"\(.*\)\s*$", first):
+        return first.strip(), rest.strip()
+    try:
+        return f"{name}{inspect.signature(obj)}", doc
+    except (TypeError, ValueError):
+        return f"{name}(...)", doc
+
+
+# --- rendering --------------------------------------------------------------------------
+
+def render_function(obj, name, qual, level="###"):
+    sig, rest = split_signature(obj, name)
+    if not sig.startswith(qual):
+        sig = qual[: -len(name)] + sig if qual.endswith(name) else sig
+    return [f"{level} `{qual}`", "", "```python", sig, "```", "", to_markdown(rest) if rest else "", ""]
+
+
+def render_class(cls, stubs):
+    qual = f"pycudadrv.{cls.__name__}" if hasattr(pycudadrv, cls.__name__) else f"{cls.__module__}.{cls.__name__}"
+    info = stubs.get(cls.__name__, {})
+    bases = [b.__name__ for b in cls.__bases__ if b is not object]
+    out = [f"### class `{qual}`" + (f" ({', '.join(bases)})" if bases else ""), ""]
+    if "__new__" in info:
+        out += ["```python", info["__new__"][1], "```", ""]
+    elif not issubclass(cls, BaseException) and cls.__init__ is not object.__init__:
+        try:
+            out += ["```python", f"{cls.__name__}{inspect.signature(cls)}", "```", ""]
+        except (TypeError, ValueError):
+            pass
+    if cls.__doc__:
+        out += [to_markdown(cls.__doc__), ""]
+    order = list(info) + [k for k in vars(cls) if k not in info]
+    for key in order:
+        if key == "__new__" or key not in vars(cls):
+            continue
+        if key.startswith("_") and key not in DUNDERS:
+            continue
+        raw = vars(cls)[key]
+        kind = info.get(key, (None, None))
+        if isinstance(raw, property) or kind[0] in ("property", "attribute") or type(raw).__name__ in (
+                "getset_descriptor", "member_descriptor"):
+            settable = kind[0] == "attribute" or (isinstance(raw, property) and raw.fset is not None)
+            typ = kind[1] or (inspect.signature(raw.fget).return_annotation if isinstance(raw, property)
+                              and raw.fget else None)
+            typ = None if typ is inspect.Signature.empty else typ
+            head = f"#### `{cls.__name__}.{key}`" + (f": `{typ}`" if typ else "")
+            out += [head, "", "*" + ("attribute" if settable else "read-only property") + "*", ""]
+            if getattr(raw, "__doc__", None) and not isinstance(raw, (int, str)):
+                d = raw.__doc__
+                if type(raw).__name__ == "member_descriptor" or re.fullmatch(r"\w+: '.*'", d.strip()):
+                    d = ""
+                if d:
+                    out += [to_markdown(d), ""]
+            continue
+        func = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
+        if not callable(func):
+            continue
+        sig, rest = split_signature(getattr(cls, key), key)
+        if not sig.startswith(cls.__name__ + "."):
+            sig = f"{cls.__name__}.{sig}"
+        sig = sig.replace("(self, ", "(").replace("(self)", "()")
+        ret = info.get(key, (None, None))
+        if ret[0] == "method" and ret[1] and "->" not in sig:
+            sig += f" -> {ret[1]}"
+        prefix = "@staticmethod\n" if isinstance(raw, staticmethod) else ""
+        out += [f"#### `{cls.__name__}.{key}`", "", "```python", prefix + sig, "```", ""]
+        if rest:
+            out += [to_markdown(rest), ""]
+    return out
+
+
+def main():
+    seen = set()
+    out = ["# API reference", "",
+           "Generated by `docs/gen_api.py` from the docstrings of the built package "
+           "(signatures from Cython's `embedsignature`; constructor, property and attribute "
+           "types from the `.pyi` stubs). Regenerate it after changing a docstring:", "",
+           "```sh", "python setup.py -q build_ext --inplace && python docs/gen_api.py > docs/api.md", "```", "",
+           "Everything in `pycudadrv.__all__` is importable as `pycudadrv.<name>`; the section "
+           "headings name the module each object is defined in.", ""]
+    toc = []
+    body = []
+    for title, modname, names in SECTIONS:
+        mod = sys.modules[modname]
+        if names is None:
+            names = [n for n in pycudadrv.__all__
+                     if getattr(getattr(pycudadrv, n), "__module__", None) == modname
+                     or (modname == "pycudadrv._attributes" and n.endswith("_ATTRIBUTES"))
+                     or (modname == "pycudadrv._driver" and n in ("HEADER_CUDA_VERSION", "MIN_DRIVER_VERSION"))]
+            names += EXTRA.get(modname, [])
+        if title:
+            anchor = re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
+            toc.append(f"- [{title}](#{anchor})")
+            body += [f"## {title}", ""]
+            if mod.__doc__:
+                body += [to_markdown(mod.__doc__.split("\n\n")[0]), ""]
+        stubs = stub_info(modname)
+        classes = [n for n in names if inspect.isclass(getattr(mod, n))]
+        funcs = [n for n in names if callable(getattr(mod, n)) and n not in classes]
+        consts = [n for n in names if n not in classes and n not in funcs]
+        for n in consts:
+            v = getattr(mod, n)
+            shown = f"dict of {len(v)} entries" if isinstance(v, dict) else repr(v)
+            body += [f"### `pycudadrv.{n}`", "", f"`{shown}`. {CONSTANTS.get(n, '')}".rstrip(), ""]
+            seen.add(n)
+        for n in classes:
+            body += render_class(getattr(mod, n), stubs)
+            seen.add(n)
+        for n in funcs:
+            qual = f"pycudadrv.{n}" if n in pycudadrv.__all__ else f"{modname}.{n}"
+            body += render_function(getattr(mod, n), n, qual)
+            seen.add(n)
+    missing = [n for n in pycudadrv.__all__ if n not in seen]
+    if missing:
+        raise SystemExit(f"gen_api.py: names of pycudadrv.__all__ in no section: {missing}")
+    glossary = ["## Type names used in this reference", "",
+                "Constructor signatures and the types of properties and attributes come from the stubs; "
+                "these names are private aliases there (`_Name`), written here without the underscore.", "",
+                "| name | meaning |", "| --- | --- |"]
+    for name, definition in sorted(stub_aliases().items()):
+        shown = public_type(definition).replace("|", "\\|")
+        glossary.append(f"| `{name.lstrip('_')}` | " + (shown if definition.startswith("a type variable")
+                                                         else f"`{shown}`") + " |")
+    for name, meaning in PROTOCOLS.items():
+        glossary.append(f"| `{name.lstrip('_')}` | {meaning} |")
+    text = "\n".join(out + toc + ["- [Type names used in this reference](#type-names-used-in-this-reference)",
+                                  ""] + body + [""] + glossary)
+    print(re.sub(r"\n{3,}", "\n\n", text).rstrip() + "\n", end="")
+
+
+if __name__ == "__main__":
+    main()
