@@ -20,5 +20,7 @@ cdef class Device:
     cdef int _attr(self, int attr) except? -1
 
 cdef Device get_device(int ordinal)
+# None -> the current device; a Device -> itself; an int -> that ordinal's device.
+cdef Device as_device(object device)
 cdef bint peer_enabled(int device, int peer)
 cdef Device current_device()

@@ -36,6 +36,14 @@ cdef bint peer_enabled(int device, int peer):
     return device == peer or (device, peer) in _peer_enabled
 
 
+cdef Device as_device(object device):
+    if device is None:
+        return current_device()
+    if isinstance(device, Device):
+        return get_device((<Device>device).ordinal)   # the canonical object of that ordinal
+    return get_device(int(device))
+
+
 cdef Device current_device():
     ordinal = getattr(_tls, "ordinal", 0)
     return get_device(ordinal)

@@ -181,6 +181,17 @@ cdef object _arg_error(Function fn, Py_ssize_t i, ParamSpec* p, object a, str wh
     return TypeError(f"kernel '{fn.name}', parameter #{i} ({what}): {why}; got {_describe_value(a)}")
 
 
+cdef inline CUresult _launch_kernel(pycudadrv_driver_api* d, CUfunction f, unsigned int* g, unsigned int* b,
+                                    unsigned int shmem, CUstream s, void** kp) noexcept:
+    """The one cuLaunchKernel call of every launch path (GIL held unless set_release_gil(True))."""
+    cdef CUresult r
+    if _release_gil:
+        with nogil:
+            r = d.p_cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], shmem, s, kp, NULL)
+        return r
+    return d.p_cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], shmem, s, kp, NULL)
+
+
 cdef int _check_device(Buffer b, Function fn, Py_ssize_t i) except -1:
     if b.device is None or b.device.ordinal == fn.device.ordinal:
         return 0
@@ -774,13 +785,7 @@ cdef class Function:
             if _hook is not None and s._capture is None:
                 tok = _hook.before(self, s)
             if lc is None:
-                if _release_gil:
-                    with nogil:
-                        r = d.p_cuLaunchKernel(self.handle, g[0], g[1], g[2], b[0], b[1], b[2],
-                                               shared_mem_bytes, s.handle, kp, NULL)
-                else:
-                    r = d.p_cuLaunchKernel(self.handle, g[0], g[1], g[2], b[0], b[1], b[2],
-                                           shared_mem_bytes, s.handle, kp, NULL)
+                r = _launch_kernel(d, self.handle, g, b, shared_mem_bytes, s.handle, kp)
                 call = "cuLaunchKernel"
             else:
                 _fill_ex(&cfg, attrs, lc, s.handle)
@@ -904,14 +909,8 @@ cdef class PreparedLaunch:
         if _hook is not None and self.stream._capture is None:
             tok = _hook.before(fn, self.stream)
         if not c.use_ex:
-            if _release_gil:
-                with nogil:
-                    r = d.p_cuLaunchKernel(fn.handle, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
-                                           c.block[2], c.shared_mem_bytes, self.stream.handle, self.kernel_params,
-                                           NULL)
-            else:
-                r = d.p_cuLaunchKernel(fn.handle, c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1],
-                                       c.block[2], c.shared_mem_bytes, self.stream.handle, self.kernel_params, NULL)
+            r = _launch_kernel(d, fn.handle, c.grid, c.block, c.shared_mem_bytes, self.stream.handle,
+                               self.kernel_params)
             if r != CUDA_SUCCESS:
                 raise _launch_error(r, "cuLaunchKernel", fn, c.grid, c.block, c.shared_mem_bytes, tuple(self._held))
         else:

@@ -9,7 +9,7 @@ from cpython.buffer cimport PyBUF_WRITABLE
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
-from pycudadrv._device cimport Device, get_device, current_device
+from pycudadrv._device cimport Device, get_device, current_device, as_device
 from pycudadrv._stream cimport Stream, resolve_stream, check_not_capturing
 
 import numpy as np
@@ -98,14 +98,6 @@ cdef int _configure_pool(Device dev) except -1:
     return 0
 
 
-cdef Device _as_device(device):
-    if device is None:
-        return current_device()
-    if isinstance(device, Device):
-        return <Device>device
-    return get_device(int(device))
-
-
 def _shape_dtype(shape, dtype):
     dt = np.dtype(dtype) if dtype is not None else None
     if isinstance(shape, (int, np.integer)):
@@ -163,7 +155,7 @@ cdef class Buffer:
             and the bytes free).
         """
         shape, dt, nbytes = _shape_dtype(shape, dtype)
-        cdef Device dev = _as_device(device)
+        cdef Device dev = as_device(device)
         cdef Stream s = resolve_stream(stream, dev)
         if s.device is not None and s.device.ordinal != dev.ordinal:
             raise ValueError(f"Buffer.empty: stream belongs to device {s.device.ordinal}, not device {dev.ordinal}")
@@ -596,7 +588,7 @@ _DL_KIND = {PYCUDADRV_kDLInt: "i", PYCUDADRV_kDLUInt: "u", PYCUDADRV_kDLFloat: "
 
 
 cdef Buffer _from_dlpack(obj, device):
-    cdef Device dev = _as_device(device)
+    cdef Device dev = as_device(device)
     try:
         dl_dev = obj.__dlpack_device__()
     except AttributeError:
@@ -679,7 +671,7 @@ def asbuffer(obj, *, device=None):
         if tuple(reversed(expect)) != tuple(strides) and int(np.prod(shape)) > 1:
             raise ValueError(f"asbuffer: non-contiguous strides {strides} for shape {shape}")
     cdef Buffer b = Buffer.__new__(Buffer)
-    b.device = _as_device(device)
+    b.device = as_device(device)
     b.stream = <Stream>b.device.default_stream
     producer_stream = cai.get("stream")
     if producer_stream and int(producer_stream) != <uintptr_t>b.stream.handle:
@@ -732,7 +724,7 @@ cdef class HostBuffer:
         allocation fails."""
         shape, dt, nbytes = _shape_dtype(shape, dtype)
         cdef HostBuffer h = HostBuffer.__new__(HostBuffer)
-        cdef Device dev = _as_device(device)
+        cdef Device dev = as_device(device)
         h.device = dev
         h.dtype = dt
         h.shape = shape

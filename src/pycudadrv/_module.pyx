@@ -7,7 +7,7 @@ from libc.stdlib cimport malloc, free
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
-from pycudadrv._device cimport Device, get_device, current_device
+from pycudadrv._device cimport Device, get_device, current_device, as_device
 from pycudadrv._launch cimport Function, make_function
 
 import threading
@@ -39,14 +39,6 @@ def image_kind(image):
         raise ValueError("module image is neither PTX text, a CUBIN (ELF) nor a fatbin: first bytes "
                          f"{bytes(image[:8])!r}")
     return "ptx"
-
-
-cdef Device _as_device(device):
-    if device is None:
-        return current_device()
-    if isinstance(device, Device):
-        return <Device>device
-    return get_device(int(device))
 
 
 def load_module(image, *, device=None, ptx=None):
@@ -85,7 +77,7 @@ def load_module(image, *, device=None, ptx=None):
         image = image.encode()
     data = bytes(image)
     kind = image_kind(data)
-    cdef Device dev = _as_device(device)
+    cdef Device dev = as_device(device)
     h = fnv1a64(data)
     key = (dev.ordinal, h)
     mod = _cache.get(key)

@@ -5,7 +5,7 @@ from libc.stdint cimport uintptr_t
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
-from pycudadrv._device cimport Device, get_device, current_device
+from pycudadrv._device cimport Device, get_device, current_device, as_device
 
 import threading
 
@@ -62,8 +62,7 @@ cdef class Stream:
         self.closed = False
         if not _create:
             return
-        cdef Device dev = current_device() if device is None else (
-            device if isinstance(device, Device) else get_device(int(device)))
+        cdef Device dev = as_device(device)
         cdef pycudadrv_driver_api* d = driver()
         dev.activate()
         check(d.p_cuStreamCreate(&self.handle, CU_STREAM_NON_BLOCKING if nonblocking else 0),
@@ -95,8 +94,7 @@ cdef class Stream:
             raise ValueError(f"stream handle {raw} out of range")
         driver()
         s.handle = <CUstream><uintptr_t>raw
-        s.device = current_device() if device is None else (
-            device if isinstance(device, Device) else get_device(int(device)))
+        s.device = as_device(device)
         s._owner = owner if owner is not None else (None if isinstance(handle, int) else handle)
         return s
 
@@ -232,8 +230,7 @@ cdef class Event:
     """
 
     def __cinit__(self, *, bint timing=True, device=None):
-        cdef Device dev = current_device() if device is None else (
-            device if isinstance(device, Device) else get_device(int(device)))
+        cdef Device dev = as_device(device)
         cdef pycudadrv_driver_api* d = driver()
         dev.activate()
         check(d.p_cuEventCreate(&self.handle, CU_EVENT_DEFAULT if timing else CU_EVENT_DISABLE_TIMING),
