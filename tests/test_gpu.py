@@ -485,3 +485,40 @@ extern "C" __global__ void consume(float* y, const float* x, int n) {
     m.function("produce").launch(n // 256, 256, x, n, stream=s)
     m.function("consume").launch(n // 256, 256, y, x, n, stream=s, programmatic_dependent=True)
     np.testing.assert_array_equal(y.to_numpy(stream=s), 2.0 * np.arange(n, dtype=np.float32) + 1.0)
+
+
+def test_fatbin_image_loads_and_runs(rng, tmp_path):
+    import shutil
+    import subprocess
+    nvcc = shutil.which("nvcc") or (shutil.which("/usr/local/cuda/bin/nvcc"))
+    if nvcc is None:
+        pytest.skip("nvcc not available to build a fatbin")
+    cu = tmp_path / "k.cu"
+    cu.write_text(SAXPY)
+    fat = tmp_path / "k.fatbin"
+    cc = "%d%d" % cd.Device(0).compute_capability
+    subprocess.run([nvcc, "-fatbin", f"-gencode=arch=compute_{cc},code=sm_{cc}", "-o", str(fat), str(cu)],
+                   check=True, capture_output=True, timeout=300)
+    data = fat.read_bytes()
+    assert cd.image_kind(data) == "fatbin"
+    m = cd.load_module(data)
+    assert m.kind == "fatbin"
+    f = m.function("scale")
+    assert f.layout_source == "cuFuncGetParamInfo" and f.num_params == 4
+    x = rng.standard_normal(256).astype(np.float32)
+    out = cd.Buffer.from_numpy(np.full(256, np.nan, np.float32))
+    f.launch(1, 256, out, cd.Buffer.from_numpy(x), np.float32(1.5), np.int32(256))
+    assert rel_err(out.to_numpy(), 1.5 * x.astype(np.float64)) < 1e-6
+
+
+def test_a_launch_the_driver_refuses_names_kernel_grid_block_and_arguments():
+    if cd.Device(0).compute_capability < (9, 0):
+        pytest.skip("needs thread-block clusters")
+    f = cd.compile(COOP).load().function("cluster_rank_dyn")
+    out = cd.Buffer.empty(64, np.uint32)
+    with pytest.raises(cd.CudaError) as ei:
+        f.launch(64, 1024, out, cluster=64)   # beyond any cluster size the driver allows
+    msg = str(ei.value)
+    assert ei.value.call == "cuLaunchKernelEx"
+    assert "launching kernel 'cluster_rank_dyn' grid=(64, 1, 1) block=(1024, 1, 1) shared_mem_bytes=0" in msg
+    assert "Buffer(256 bytes)" in msg

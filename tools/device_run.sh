@@ -14,8 +14,12 @@ what=${*:-all}
   python3 -c "import Cython, numpy; print('Cython', Cython.__version__, 'numpy', numpy.__version__)"
 } 2>&1 | tee "$OUT/env.txt"
 t0=$(date +%s)
-python3 -m pip install --no-build-isolation --no-deps --no-index -q . > "$OUT/build.log" 2>&1 \
-  || { tail -50 "$OUT/build.log"; exit 1; }
+# Build the wheel, then install that wheel: the suite runs against the installed package.
+wheel_dir=$(mktemp -d)
+{ python3 -m pip wheel --no-build-isolation --no-deps --no-index -w "$wheel_dir" . &&
+  python3 -m pip install --no-deps --no-index --force-reinstall -q "$wheel_dir"/pycudadrv-*.whl; } \
+  > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+echo "installed wheel: $(basename "$wheel_dir"/pycudadrv-*.whl)"
 echo "build: $(( $(date +%s) - t0 )) s"
 rc=0
 for w in $what; do
