@@ -12,6 +12,7 @@ here needs a GPU.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import os
 import re
@@ -22,7 +23,6 @@ sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
 
 import pycudadrv  # noqa: E402
 from pycudadrv import bench, dispatch, nvrtc, profile, timestamps  # noqa: E402
-from pycudadrv import _launch  # noqa: E402
 
 PKG = os.path.dirname(pycudadrv.__file__)
 
@@ -43,7 +43,7 @@ SECTIONS = [
     ("Shader-style dispatch (pycudadrv.dispatch)", "pycudadrv.dispatch", dispatch.__all__),
 ]
 # Public functions of the compiled modules that pycudadrv/__init__.py does not re-export.
-EXTRA = {"pycudadrv._launch": ["set_release_gil", "get_release_gil"]}
+EXTRA = {"pycudadrv._launch": ["set_release_gil", "get_release_gil"], "pycudadrv.nvrtc": ["default_include_dirs"]}
 CONSTANTS = {
     "HEADER_CUDA_VERSION": "CUDA version of the `cuda.h` this build was compiled against (1000*major + 10*minor).",
     "MIN_DRIVER_VERSION": "Oldest driver pycudadrv runs on, as a CUDA version (1000*major + 10*minor).",
@@ -103,6 +103,9 @@ def stub_info(module_name):
     tree = ast.parse(open(path).read())
     out = {}
     for node in tree.body:
+        if isinstance(node, ast.FunctionDef):  # module-level function: its return type under ""
+            ret = None if any(ast.unparse(d) == "overload" for d in node.decorator_list) else node.returns
+            out.setdefault("", {})[node.name] = ("function", public_type(ast.unparse(ret)) if ret else None)
         if not isinstance(node, ast.ClassDef):
             continue
         members = out.setdefault(node.name, {})
@@ -122,9 +125,12 @@ def stub_info(module_name):
                     args.args = args.args[1:]  # drop cls / self
                     members["__new__"] = ("new", f"{node.name}({text(args)})")
                 elif "overload" in decos or item.name in members:
-                    members[item.name] = ("method", None)
+                    members[item.name] = ("method", None, None)
                 else:
-                    members[item.name] = ("method", text(item.returns))
+                    args = item.args
+                    if args.args and args.args[0].arg in ("self", "cls"):
+                        args.args = args.args[1:]
+                    members[item.name] = ("method", text(item.returns), text(args).replace(", /", ""))
     return out
 
 
@@ -198,19 +204,28 @@ def split_signature(obj, name):
     first, _, rest = doc.partition("\n")
     if re.match(r"^[\w.]*\b" + re.escape(name) + r"\(.*\)\s*$", first):
         return first.strip(), rest.strip()
-    try:
-        return f"{name}{inspect.signature(obj)}", doc
-    except (TypeError, ValueError):
-        return f"{name}(...)", doc
+    return f"{name}{signature(obj)}", doc
+
+
+def signature(obj):
+    """inspect.signature with string annotations evaluated where possible; '(...)' if none."""
+    for kw in ({"eval_str": True}, {}):
+        try:
+            return str(inspect.signature(obj, **kw))
+        except (TypeError, ValueError, NameError):
+            continue
+    return "(...)"
 
 
 # --- rendering --------------------------------------------------------------------------
 
-def render_function(obj, name, qual, level="###"):
+def render_function(obj, name, qual, ret=None):
     sig, rest = split_signature(obj, name)
     if not sig.startswith(qual):
         sig = qual[: -len(name)] + sig if qual.endswith(name) else sig
-    return [f"{level} `{qual}`", "", "```python", sig, "```", "", to_markdown(rest) if rest else "", ""]
+    if ret and "->" not in sig:
+        sig += f" -> {ret}"
+    return [f"### `{qual}`", "", "```python", sig, "```", "", to_markdown(rest) if rest else "", ""]
 
 
 def render_class(cls, stubs):
@@ -221,12 +236,14 @@ def render_class(cls, stubs):
     if "__new__" in info:
         out += ["```python", info["__new__"][1], "```", ""]
     elif not issubclass(cls, BaseException) and cls.__init__ is not object.__init__:
-        try:
-            out += ["```python", f"{cls.__name__}{inspect.signature(cls)}", "```", ""]
-        except (TypeError, ValueError):
-            pass
-    if cls.__doc__:
-        out += [to_markdown(cls.__doc__), ""]
+        out += ["```python", f"{cls.__name__}{signature(cls)}", "```", ""]
+    doc = inspect.cleandoc(cls.__doc__ or "")
+    if re.match(r"^" + cls.__name__ + r"\(.*\)$", doc.partition("\n")[0]):
+        # embedsignature's constructor line; Cython 3.3 misplaces keyword-only
+        # parameters in it, so the stub's constructor (above) is shown instead
+        doc = doc.partition("\n")[2].strip()
+    if doc:
+        out += [to_markdown(doc), ""]
     order = list(info) + [k for k in vars(cls) if k not in info]
     for key in order:
         if key == "__new__" or key not in vars(cls):
@@ -234,7 +251,7 @@ def render_class(cls, stubs):
         if key.startswith("_") and key not in DUNDERS:
             continue
         raw = vars(cls)[key]
-        kind = info.get(key, (None, None))
+        kind = info.get(key, (None, None))[:2]
         if isinstance(raw, property) or kind[0] in ("property", "attribute") or type(raw).__name__ in (
                 "getset_descriptor", "member_descriptor"):
             settable = kind[0] == "attribute" or (isinstance(raw, property) and raw.fset is not None)
@@ -245,7 +262,7 @@ def render_class(cls, stubs):
             out += [head, "", "*" + ("attribute" if settable else "read-only property") + "*", ""]
             if getattr(raw, "__doc__", None) and not isinstance(raw, (int, str)):
                 d = raw.__doc__
-                if type(raw).__name__ == "member_descriptor" or re.fullmatch(r"\w+: '.*'", d.strip()):
+                if type(raw).__name__ == "member_descriptor" or re.fullmatch(r"\w+: \S+", d.strip()):
                     d = ""
                 if d:
                     out += [to_markdown(d), ""]
@@ -254,12 +271,16 @@ def render_class(cls, stubs):
         if not callable(func):
             continue
         sig, rest = split_signature(getattr(cls, key), key)
+        stub = info.get(key, (None, None, None))
+        if type(raw).__name__ == "wrapper_descriptor" or sig.endswith("(...)"):
+            # a C slot (no signature of its own): the stub's parameters, no generic slot text
+            sig = f"{key}({stub[2] or ''})" if stub[0] == "method" else sig
+            rest = "" if rest.startswith(("Return ", "Implement ")) else rest
         if not sig.startswith(cls.__name__ + "."):
             sig = f"{cls.__name__}.{sig}"
         sig = sig.replace("(self, ", "(").replace("(self)", "()")
-        ret = info.get(key, (None, None))
-        if ret[0] == "method" and ret[1] and "->" not in sig:
-            sig += f" -> {ret[1]}"
+        if stub[0] == "method" and stub[1] and "->" not in sig:
+            sig += f" -> {stub[1]}"
         prefix = "@staticmethod\n" if isinstance(raw, staticmethod) else ""
         out += [f"#### `{cls.__name__}.{key}`", "", "```python", prefix + sig, "```", ""]
         if rest:
@@ -279,19 +300,19 @@ def main():
     toc = []
     body = []
     for title, modname, names in SECTIONS:
-        mod = sys.modules[modname]
+        mod = importlib.import_module(modname)
         if names is None:
             names = [n for n in pycudadrv.__all__
                      if getattr(getattr(pycudadrv, n), "__module__", None) == modname
                      or (modname == "pycudadrv._attributes" and n.endswith("_ATTRIBUTES"))
                      or (modname == "pycudadrv._driver" and n in ("HEADER_CUDA_VERSION", "MIN_DRIVER_VERSION"))]
-            names += EXTRA.get(modname, [])
         if title:
             anchor = re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
             toc.append(f"- [{title}](#{anchor})")
             body += [f"## {title}", ""]
             if mod.__doc__:
                 body += [to_markdown(mod.__doc__.split("\n\n")[0]), ""]
+        names = list(names) + EXTRA.get(modname, [])
         stubs = stub_info(modname)
         classes = [n for n in names if inspect.isclass(getattr(mod, n))]
         funcs = [n for n in names if callable(getattr(mod, n)) and n not in classes]
@@ -306,7 +327,7 @@ def main():
             seen.add(n)
         for n in funcs:
             qual = f"pycudadrv.{n}" if n in pycudadrv.__all__ else f"{modname}.{n}"
-            body += render_function(getattr(mod, n), n, qual)
+            body += render_function(getattr(mod, n), n, qual, stubs.get("", {}).get(n, (None, None))[1])
             seen.add(n)
     missing = [n for n in pycudadrv.__all__ if n not in seen]
     if missing:
@@ -315,12 +336,25 @@ def main():
                 "Constructor signatures and the types of properties and attributes come from the stubs; "
                 "these names are private aliases there (`_Name`), written here without the underscore.", "",
                 "| name | meaning |", "| --- | --- |"]
-    for name, definition in sorted(stub_aliases().items()):
+    aliases = stub_aliases()
+    used = set()
+    pending = "\n".join(body)
+    while True:  # the aliases the text mentions, and those their definitions mention
+        new = {n for n in list(aliases) + list(PROTOCOLS)
+               if n not in used and re.search(r"\b" + n.lstrip("_") + r"\b", pending)}
+        if not new:
+            break
+        used |= new
+        pending = public_type("\n".join(aliases.get(n, "") for n in new))
+    for name, definition in sorted(aliases.items()):
+        if name not in used:
+            continue
         shown = public_type(definition).replace("|", "\\|")
         glossary.append(f"| `{name.lstrip('_')}` | " + (shown if definition.startswith("a type variable")
                                                          else f"`{shown}`") + " |")
     for name, meaning in PROTOCOLS.items():
-        glossary.append(f"| `{name.lstrip('_')}` | {meaning} |")
+        if name in used:
+            glossary.append(f"| `{name.lstrip('_')}` | {meaning} |")
     text = "\n".join(out + toc + ["- [Type names used in this reference](#type-names-used-in-this-reference)",
                                   ""] + body + [""] + glossary)
     print(re.sub(r"\n{3,}", "\n\n", text).rstrip() + "\n", end="")

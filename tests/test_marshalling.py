@@ -59,6 +59,16 @@ def test_issue_example_float_and_char_are_never_zero():
     assert out[2] == struct.pack("<f", 2.0) and out[3] == b"\x07"
 
 
+def test_pointers_above_2_63_are_valid_addresses():
+    assert pack("float*", 2**63 + 16) == [struct.pack("<Q", 2**63 + 16)]
+
+
+def test_numpy_scalars_of_the_right_width_go_bit_for_bit_into_size_only_parameters():
+    any4 = [sig.Param(sig.ANY, 4, 4, 0)]
+    assert pack(any4, np.float32(1.5)) == [struct.pack("<f", 1.5)]
+    assert pack(any4, np.int32(-3)) == [struct.pack("<i", -3)]
+
+
 def test_bool_is_not_taken_for_a_64_bit_int():
     assert pack("bool", True) == [b"\x01"]
     assert pack("unsigned char", False) == [b"\x00"]
@@ -110,6 +120,10 @@ def test_arena_inline_holds_32_scalar_arguments_without_spilling():
     ("float*", np.zeros(2), "host numpy array"),
     ("float*", -8, "must be >= 0"),
     ("float", "1.0", "unsupported argument type"),
+    ("int", np.float32(1.0), "numpy floating-point scalar given to an integer"),
+    ("float*", np.float64(1.0), "numpy floating-point scalar given to an integer or pointer"),
+    ("float", np.int32(1), "numpy integer scalar given to a floating-point parameter"),
+    ("unsigned long long", 2**64, "out of range for a 64-bit integer"),
     ("float", object(), "unsupported argument type"),
 ])
 def test_wrong_values_raise_type_error_naming_kernel_parameter_size_and_value(ctype, value, match):
@@ -117,7 +131,7 @@ def test_wrong_values_raise_type_error_naming_kernel_parameter_size_and_value(ct
         cd.pack_arguments(["int", ctype], [1, value], name="my_kernel")
     msg = str(ei.value)
     assert "kernel 'my_kernel', parameter #1" in msg
-    assert "bytes" in msg
+    assert "-byte" in msg
 
 
 def test_wrong_argument_count_is_a_type_error():

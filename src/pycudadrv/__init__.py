@@ -29,7 +29,8 @@ from pycudadrv._driver import (
 from pycudadrv._device import Device, device_count, get_current_device
 from pycudadrv._stream import Event, Stream
 from pycudadrv._memory import Buffer, HostBuffer, asbuffer
-from pycudadrv._launch import Function, LaunchConfig, NotSupportedError, PreparedLaunch, pack_arguments
+from pycudadrv._launch import (Function, LaunchConfig, NotSupportedError, PreparedLaunch, get_release_gil,
+                               pack_arguments, set_release_gil)
 from pycudadrv._module import Module, clear_module_cache, image_kind, load_module, module_cache_size
 from pycudadrv._attributes import DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES
 from pycudadrv._graph import CapturedGraph, GraphUpdateError
@@ -46,5 +47,5 @@ __all__ = [
     "NvrtcError", "NvrtcUnavailableError", "ObjectCode", "PreparedLaunch", "Stream", "asbuffer",
     "clear_module_cache", "compile", "device_count", "driver_version", "fnv1a64", "get_current_device",
     "image_kind", "is_available", "load_module", "module_cache_size", "nvrtc_version", "pack_arguments",
-    "require",
+    "require", "get_release_gil", "set_release_gil",
 ]

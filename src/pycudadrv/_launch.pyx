@@ -89,7 +89,7 @@ cdef enum:
 cdef void* _np_type[_NP_MAX]
 cdef Py_ssize_t _np_size[_NP_MAX]
 cdef Py_ssize_t _np_offset[_NP_MAX]
-cdef bint _np_is_float[_NP_MAX]
+cdef bint _np_is_float[_NP_MAX]     # float or complex
 cdef int _n_np = 0
 
 
@@ -175,7 +175,7 @@ cdef str _describe_value(object a):
 
 cdef object _arg_error(Function fn, Py_ssize_t i, ParamSpec* p, object a, str why):
     if p != NULL:
-        what = f"{KIND_TEXT[p.kind]} of {p.size} bytes"
+        what = f"{p.size}-byte {KIND_TEXT[p.kind]}"
     else:
         what = "parameter"
     return TypeError(f"kernel '{fn.name}', parameter #{i} ({what}): {why}; got {_describe_value(a)}")
@@ -213,17 +213,21 @@ cdef int _pack_int(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned c
     if kind == K_BYTES:
         raise _arg_error(fn, i, p, a, "a Python int cannot fill a struct parameter; pass a numpy structured "
                          "scalar or bytes of the exact size")
-    if kind == K_POINTER and (overflow < 0 or v < 0):
+    if kind == K_POINTER and (overflow < 0 or (overflow == 0 and v < 0)):
         raise _arg_error(fn, i, p, a, "a raw device pointer must be >= 0")
     if overflow > 0:
         if size != 8 or kind == K_INT:
             raise _arg_error(fn, i, p, a, f"value out of range for a {size * 8}-bit "
                              f"{'signed' if kind == K_INT else ''} integer".replace("  ", " "))
-        u = PyLong_AsUnsignedLongLong(a)   # raises OverflowError beyond 2**64-1
+        try:
+            u = PyLong_AsUnsignedLongLong(a)
+        except OverflowError:
+            raise _arg_error(fn, i, p, a, "value out of range for a 64-bit integer") from None
         memcpy(dst, &u, 8)
         return 0
     if overflow < 0:
-        raise _arg_error(fn, i, p, a, f"value out of range for a {size * 8}-bit integer")
+        raise _arg_error(fn, i, p, a, f"value out of range for a {size * 8}-bit "
+                         + ("unsigned " if kind == K_UINT else ("signed " if kind == K_INT else "")) + "integer")
     # range of the width: signed for INT, unsigned for UINT/POINTER, either for ANY
     cdef long long lo, hi
     if size == 1:
@@ -310,8 +314,15 @@ cdef int _pack_slow(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned 
         raise _arg_error(fn, i, p, a, "a host numpy array cannot be a kernel argument; copy it to the device "
                          "with Buffer.from_numpy(array)")
     if isinstance(a, np.generic):
-        if isinstance(a, np.floating) and p.kind in (K_POINTER,):
-            raise _arg_error(fn, i, p, a, "a float given to a pointer parameter")
+        # The kind is known (PTX or a signature): a float scalar for an integer or pointer
+        # parameter, or an integer scalar for a float one, is a mistake, not a bit pattern.
+        is_float = isinstance(a, (np.floating, np.complexfloating))
+        if p.kind in (K_INT, K_UINT, K_INTEGER, K_POINTER) and is_float:
+            raise _arg_error(fn, i, p, a, "a numpy floating-point scalar given to an integer or pointer "
+                             "parameter (its bits would be reinterpreted)")
+        if p.kind == K_FLOAT and not is_float and not isinstance(a, np.void):
+            raise _arg_error(fn, i, p, a, "a numpy integer scalar given to a floating-point parameter (its bits "
+                             "would be reinterpreted); pass a float or a numpy float of that width")
         return _pack_bytes(a, fn, i, p, dst)
     if isinstance(a, bool):
         return _pack_int(1 if a else 0, fn, i, p, dst)
@@ -374,7 +385,8 @@ cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsi
     if t is bool:
         return _pack_int(1 if a is True else 0, fn, i, p, dst)
     cdef int k = _np_index(a)
-    if k >= 0 and <size_t>_np_size[k] == p.size and not (_np_is_float[k] and p.kind == K_POINTER):
+    if k >= 0 and <size_t>_np_size[k] == p.size and (
+            p.kind == K_ANY or p.kind == K_BYTES or (p.kind == K_FLOAT) == _np_is_float[k]):
         memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])
         return 0
     return _pack_slow(a, fn, i, p, dst)
@@ -483,6 +495,21 @@ cdef object _launch_error(CUresult r, str call, Function fn, unsigned int* grid,
                       f"launching kernel '{fn.name}' grid=({grid[0]}, {grid[1]}, {grid[2]}) "
                       f"block=({block[0]}, {block[1]}, {block[2]}) shared_mem_bytes={shmem} "
                       f"args={_args_summary(args)}")
+
+
+cdef int _check_arena_space(Function fn, pycudadrv_arena* arena, tuple args) except -1:
+    """Unknown layout: the sizes came from the values; check them against the limit."""
+    cdef ParamSpec* specs = <ParamSpec*>malloc(max(len(args), 1) * sizeof(ParamSpec))
+    cdef Py_ssize_t k
+    if specs == NULL:
+        raise MemoryError()
+    try:
+        for k in range(len(args)):
+            infer_spec(args[k], fn, k, &specs[k])
+        _check_param_space(fn, specs, len(args))
+    finally:
+        free(specs)
+    return 0
 
 
 cdef int _check_param_space(Function fn, ParamSpec* specs, int n) except -1:
@@ -641,7 +668,8 @@ cdef class Function:
         """Declare the parameter types explicitly (overrides what the driver or
         PTX reported): a C-like string ``"float*, const float*, int, float"`` or
         a sequence of type names / numpy dtypes. Raises ValueError when the
-        count or sizes disagree with ``cuFuncGetParamInfo``."""
+        count or sizes disagree with the layout the kernel already has (from
+        its PTX or ``cuFuncGetParamInfo``)."""
         layout = _signature.parse_signature(signature)
         if self.n_params >= 0:
             if len(layout) != self.n_params or any(
@@ -780,6 +808,8 @@ cdef class Function:
                     raise MemoryError("kernel argument arena")
                 pack_arg(args[i], self, i, p, dst)
             kp = pycudadrv_arena_finish(&arena)
+            if self.n_params < 0:
+                _check_arena_space(self, &arena, args)
             self.device.activate()
             tok = None
             if _hook is not None and s._capture is None:
@@ -999,9 +1029,10 @@ def pack_arguments(layout, args, name="kernel"):
     """Marshal ``args`` for a parameter ``layout`` (list of ``_signature.Param``,
     or a signature string) exactly as a launch would, without a GPU.
 
-    Returns ``(params, slot_addresses)``: the bytes each parameter receives and
-    the address of each one's arena slot (16-byte aligned). Raises as
-    :meth:`Function.launch`. Used by the CPU tests of the marshalling layer.
+    Returns ``(params, slot_addresses, spilled)``: the bytes each parameter
+    receives, the address of each one's arena slot (16-byte aligned), and
+    whether the arena spilled to the heap. Raises as :meth:`Function.launch`.
+    Used by the CPU tests of the marshalling layer.
     """
     if isinstance(layout, str) or (layout and not isinstance(layout[0], _signature.Param)):
         layout = _signature.parse_signature(layout)

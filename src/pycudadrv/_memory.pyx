@@ -700,7 +700,7 @@ cdef class HostBuffer:
 
     >>> h = HostBuffer.empty((1024,), np.float32)
     >>> h.array[:] = 1.0
-    >>> dev.write(h.array, stream=s)          # returns immediately
+    >>> d_buf.write(h.array, stream=s)        # returns immediately
 
     ``close()`` frees the memory (``cuMemFreeHost``); it raises BufferError
     while numpy arrays made from it are still alive, so freed memory can

@@ -69,7 +69,7 @@ _PARAM_RE = re.compile(
 def ptx_entries(ptx: str) -> dict:
     """Map each ``.entry`` name in PTX text to its parameter layout.
 
-    ``.param .u64 x`` -> UINT 8; ``.param .f32 x`` -> FLOAT 4; an array
+    ``.param .u64 x`` -> INTEGER 8; ``.param .f32 x`` -> FLOAT 4; an array
     ``.param .align 8 .b8 x[16]`` -> BYTES 16 aligned to 8; ``.ptr`` params
     -> POINTER.
     """
