@@ -5,6 +5,7 @@ from pycudadrv._driver cimport driver, check
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 
 import threading
+import numpy as np
 from pycudadrv import _attributes
 
 cdef pycudadrv_driver_api* _d = NULL
@@ -70,7 +71,10 @@ cdef class Device:
         ``ordinal`` is outside ``[0, device_count())``.
     """
 
-    def __cinit__(self, int ordinal=0):
+    def __cinit__(self, ordinal=0):
+        if isinstance(ordinal, bool) or not isinstance(ordinal, (int, np.integer)):
+            raise TypeError(f"device ordinal must be an int, got {ordinal!r}")
+        ordinal = int(ordinal)
         cdef pycudadrv_driver_api* d = driver()
         cdef int n = 0
         check(d.p_cuDeviceGetCount(&n), "cuDeviceGetCount")

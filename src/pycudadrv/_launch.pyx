@@ -90,6 +90,7 @@ cdef void* _np_type[_NP_MAX]
 cdef Py_ssize_t _np_size[_NP_MAX]
 cdef Py_ssize_t _np_offset[_NP_MAX]
 cdef bint _np_is_float[_NP_MAX]     # float or complex
+cdef bint _np_is_complex[_NP_MAX]
 cdef int _n_np = 0
 
 
@@ -112,6 +113,7 @@ def _init_numpy_fast_path():
                 _np_size[_n_np] = len(expect)
                 _np_offset[_n_np] = off
                 _np_is_float[_n_np] = v.dtype.kind in "fc"
+                _np_is_complex[_n_np] = v.dtype.kind == "c"
                 _n_np += 1
                 break
     return _n_np
@@ -209,7 +211,11 @@ cdef int _pack_int(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned c
     cdef size_t size = p.size
     cdef int kind = p.kind
     if kind == K_FLOAT:
-        return _pack_float(float(a), fn, i, p, dst, a)
+        try:
+            x = float(a)
+        except OverflowError:
+            raise _arg_error(fn, i, p, a, f"value out of range for a {size * 8}-bit float") from None
+        return _pack_float(x, fn, i, p, dst, a)
     if kind == K_BYTES:
         raise _arg_error(fn, i, p, a, "a Python int cannot fill a struct parameter; pass a numpy structured "
                          "scalar or bytes of the exact size")
@@ -261,13 +267,18 @@ cdef int _pack_float(double x, Function fn, Py_ssize_t i, ParamSpec* p, unsigned
     cdef int kind = p.kind
     if kind == K_FLOAT or kind == K_ANY:
         if p.size == 4:
-            f = <float>x
+            if x != x or -3.4028234663852886e38 <= x <= 3.4028234663852886e38 or x == x * 2:
+                f = <float>x  # NaN, in range, or +-inf: representable
+            else:
+                raise _arg_error(fn, i, p, a, "value out of range for a 32-bit float (it would become inf)")
             memcpy(dst, &f, 4)
             return 0
         if p.size == 8:
             memcpy(dst, &x, 8)
             return 0
         if p.size == 2:
+            if x == x and x != x * 2 and not (-65520.0 < x < 65520.0):
+                raise _arg_error(fn, i, p, a, "value out of range for a 16-bit float (it would become inf)")
             with np.errstate(over="ignore"):
                 h = np.float16(x).view(np.uint16)
             memcpy(dst, &h, 2)
@@ -290,7 +301,12 @@ cdef int _pack_pointer(uint64_t ptr, Function fn, Py_ssize_t i, ParamSpec* p, un
 
 cdef int _pack_bytes(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
     cdef Py_buffer view
-    PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
+    if p.kind != K_BYTES and p.kind != K_ANY and not isinstance(a, np.generic):
+        raise _arg_error(fn, i, p, a, "raw bytes fit struct parameters only")
+    try:
+        PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
+    except (BufferError, ValueError) as e:
+        raise _arg_error(fn, i, p, a, f"cannot read its bytes ({e})") from None
     try:
         if <size_t>view.len != p.size:
             raise _arg_error(fn, i, p, a, f"expected exactly {p.size} bytes, the value has {view.len}")
@@ -304,9 +320,11 @@ cdef int _pack_slow(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned 
     cdef double re, im
     cdef float fre, fim
     if a is None:
+        if p.kind not in (K_POINTER, K_INTEGER, K_ANY) or p.size != 8:
+            raise _arg_error(fn, i, p, a, "None (a null pointer) fits pointer parameters only")
         return _pack_pointer(0, fn, i, p, dst, a)
     if isinstance(a, Buffer):
-        (<Buffer>a).ensure_open()
+        _ensure_buffer_open(<Buffer>a, fn, i, p)
         if fn.device is not None:
             _check_device(<Buffer>a, fn, i)
         return _pack_pointer((<Buffer>a).ptr, fn, i, p, dst, a)
@@ -316,7 +334,16 @@ cdef int _pack_slow(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned 
     if isinstance(a, np.generic):
         # The kind is known (PTX or a signature): a float scalar for an integer or pointer
         # parameter, or an integer scalar for a float one, is a mistake, not a bit pattern.
-        is_float = isinstance(a, (np.floating, np.complexfloating))
+        dkind = a.dtype.kind
+        if p.kind not in (K_BYTES, K_ANY) and dkind not in "biufc":
+            raise _arg_error(fn, i, p, a, f"a numpy {a.dtype} scalar fits struct parameters only")
+        is_float = dkind in "fc"
+        if p.kind == K_FLOAT and dkind == "c":
+            raise _arg_error(fn, i, p, a, "a numpy complex scalar given to a real floating-point parameter")
+        if p.kind == K_POINTER and dkind == "b":
+            raise _arg_error(fn, i, p, a, "a bool given to a pointer parameter")
+        if p.kind == K_POINTER and dkind in "iu":
+            return _pack_int(int(a), fn, i, p, dst)   # an address: range-checked like a Python int
         if p.kind in (K_INT, K_UINT, K_INTEGER, K_POINTER) and is_float:
             raise _arg_error(fn, i, p, a, "a numpy floating-point scalar given to an integer or pointer "
                              "parameter (its bits would be reinterpreted)")
@@ -325,11 +352,15 @@ cdef int _pack_slow(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned 
                              "would be reinterpreted); pass a float or a numpy float of that width")
         return _pack_bytes(a, fn, i, p, dst)
     if isinstance(a, bool):
+        if p.kind == K_POINTER:
+            raise _arg_error(fn, i, p, a, "a bool given to a pointer parameter")
         return _pack_int(1 if a else 0, fn, i, p, dst)
     if isinstance(a, int):
         return _pack_int(int(a), fn, i, p, dst)
     if isinstance(a, float):
         return _pack_float(float(a), fn, i, p, dst, a)
+    if isinstance(a, (bytes, bytearray, memoryview)):
+        return _pack_bytes(a, fn, i, p, dst)
     if isinstance(a, complex):
         if p.kind != K_BYTES and p.kind != K_ANY:
             raise _arg_error(fn, i, p, a, "a complex value needs an 8- or 16-byte struct parameter")
@@ -344,13 +375,30 @@ cdef int _pack_slow(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned 
             memcpy(dst + 8, &im, 8)
             return 0
         raise _arg_error(fn, i, p, a, "a complex value needs an 8- or 16-byte struct parameter")
-    if isinstance(a, (bytes, bytearray, memoryview)):
-        return _pack_bytes(a, fn, i, p, dst)
     cai = getattr(a, "__cuda_array_interface__", None)
     if cai is not None:
-        return _pack_pointer(<uint64_t>int(cai["data"][0]), fn, i, p, dst, a)
+        return _pack_pointer(_cai_pointer(a, cai, fn, i, p), fn, i, p, dst, a)
     raise _arg_error(fn, i, p, a, "unsupported argument type (use a Buffer, a numpy scalar, int, float, "
                      "complex, bool, None, bytes, or an object with __cuda_array_interface__)")
+
+
+cdef int _ensure_buffer_open(Buffer b, Function fn, Py_ssize_t i, ParamSpec* p) except -1:
+    try:
+        b.ensure_open()
+    except ValueError as e:
+        raise ValueError(f"kernel '{fn.name}', parameter #{i}: {e}") from None
+    return 0
+
+
+cdef uint64_t _cai_pointer(object a, object cai, Function fn, Py_ssize_t i, ParamSpec* p) except? 0:
+    """The data pointer of a __cuda_array_interface__, validated."""
+    data = cai.get("data") if isinstance(cai, dict) else None
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise _arg_error(fn, i, p, a, "its __cuda_array_interface__ has no valid 'data': (pointer, read_only)")
+    ptr = data[0]
+    if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr < 0 or ptr >= 2**64:
+        raise _arg_error(fn, i, p, a, f"its __cuda_array_interface__ data pointer {ptr!r} is not an address")
+    return <uint64_t>ptr
 
 
 cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
@@ -362,7 +410,7 @@ cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsi
     if t is Buffer:
         b = <Buffer>a
         if b.closed or (b.root is not None and b.root.closed):
-            b.ensure_open()
+            _ensure_buffer_open(b, fn, i, p)
         if b.device is not fn.device and fn.device is not None:
             _check_device(b, fn, i)
         if p.size == 8 and p.kind != K_FLOAT and p.kind != K_BYTES:
@@ -372,7 +420,7 @@ cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsi
     if t is float:
         x = PyFloat_AS_DOUBLE(a)
         if p.kind == K_FLOAT or p.kind == K_ANY:
-            if p.size == 4:
+            if p.size == 4 and -3.4028234663852886e38 <= x <= 3.4028234663852886e38:
                 f = <float>x
                 memcpy(dst, &f, 4)
                 return 0
@@ -382,11 +430,12 @@ cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsi
         return _pack_float(x, fn, i, p, dst, a)
     if t is int:
         return _pack_int(a, fn, i, p, dst)
-    if t is bool:
+    if t is bool and p.kind != K_POINTER:
         return _pack_int(1 if a is True else 0, fn, i, p, dst)
     cdef int k = _np_index(a)
-    if k >= 0 and <size_t>_np_size[k] == p.size and (
-            p.kind == K_ANY or p.kind == K_BYTES or (p.kind == K_FLOAT) == _np_is_float[k]):
+    if k >= 0 and <size_t>_np_size[k] == p.size and p.kind != K_POINTER and (
+            p.kind == K_ANY or p.kind == K_BYTES or
+            ((p.kind == K_FLOAT) == _np_is_float[k] and not _np_is_complex[k])):
         memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])
         return 0
     return _pack_slow(a, fn, i, p, dst)
@@ -522,7 +571,9 @@ cdef int _check_param_space(Function fn, ParamSpec* specs, int n) except -1:
         off += specs[k].size
     end = off
     if end > fn.param_limit:
-        rows = ", ".join(f"#{k}: offset {specs[k].offset} size {specs[k].size}" for k in range(n))
+        rows = ", ".join(f"#{k}: offset {specs[k].offset} size {specs[k].size}" for k in range(min(n, 32)))
+        if n > 32:
+            rows += f", ... ({n - 32} more)"
         raise ValueError(f"kernel '{fn.name}': {end} bytes of parameters exceed the driver's limit of "
                          f"{fn.param_limit} bytes ({rows})")
     return 0
@@ -637,6 +688,9 @@ cdef class Function:
     kernel-parameter rules in the docs for which Python value becomes which bytes.
     """
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Function objects come from Module.function(name)")
+
     def __dealloc__(self):
         if self.params != NULL:
             free(self.params)
@@ -644,6 +698,9 @@ cdef class Function:
 
     cdef int set_layout(self, layout, str source) except -1:
         cdef int n = len(layout)
+        for k, prm in enumerate(layout):
+            if not (0 <= prm.kind < 7) or prm.size <= 0 or prm.size > 32764 or prm.offset < 0:
+                raise ValueError(f"kernel '{self.name}': invalid parameter #{k} in layout: {prm!r}")
         cdef ParamSpec* p = <ParamSpec*>malloc(max(n, 1) * sizeof(ParamSpec))
         if p == NULL:
             raise MemoryError()
@@ -659,7 +716,9 @@ cdef class Function:
         self.layout_source = source
         end = _signature.param_space_bytes(layout)
         if end > self.param_limit:
-            rows = ", ".join(f"#{k}: offset {q.offset} size {q.size}" for k, q in enumerate(layout))
+            rows = ", ".join(f"#{k}: offset {q.offset} size {q.size}" for k, q in enumerate(layout[:32]))
+            if len(layout) > 32:
+                rows += f", ... ({len(layout) - 32} more)"
             raise ValueError(f"kernel '{self.name}': {end} bytes of parameters exceed the driver's limit of "
                              f"{self.param_limit} bytes ({rows})")
         return 0
@@ -858,6 +917,8 @@ cdef class Function:
 
     def __repr__(self):
         n = "?" if self.n_params < 0 else str(self.n_params)
+        if self.device is None:
+            return f"<Function '{self.name}', {n} params, not loaded>"
         return f"<Function '{self.name}', {n} params ({self.layout_source}), device {self.device.ordinal}>"
 
 
@@ -930,6 +991,8 @@ cdef class PreparedLaunch:
         cdef CUresult r
         cdef Function fn = self.fn
         cdef LaunchConfig c = self.config
+        if fn is None:
+            raise TypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
         if self._held is None:
             raise TypeError(f"kernel '{fn.name}': no arguments bound yet; call p(*args) first")
         if self.stream.closed:
@@ -961,6 +1024,8 @@ cdef class PreparedLaunch:
         cdef Py_ssize_t k, n = len(args)
         cdef Function fn = self.fn
         cdef list held
+        if fn is None:
+            raise TypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
         if n:
             if n != self.n:
                 raise TypeError(f"kernel '{fn.name}' takes {self.n} arguments, {n} given")
@@ -981,6 +1046,8 @@ cdef class PreparedLaunch:
     def launch_timed(self):
         """Drain the stream, launch alone between two events, return the GPU
         time in nanoseconds (int)."""
+        if self.fn is None:
+            raise TypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
         return _timed(self.stream, self.launch)
 
     def set_arg(self, Py_ssize_t index, value):
@@ -988,6 +1055,8 @@ cdef class PreparedLaunch:
 
         Raises IndexError for an index outside ``[0, num_params)`` and
         TypeError as :meth:`Function.launch` for a bad value."""
+        if self.fn is None:
+            raise TypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
         if index < 0 or index >= self.n:
             raise IndexError(f"kernel '{self.fn.name}' has {self.n} parameters; index {index} is out of range")
         if self._held is None:
@@ -1021,6 +1090,8 @@ cdef class PreparedLaunch:
 
     def __repr__(self):
         c = self.config
+        if self.fn is None or c is None:
+            return "<PreparedLaunch (not initialised)>"
         return (f"<PreparedLaunch '{self.fn.name}' grid={c.grid} block={c.block} "
                 f"shared_mem_bytes={c.shared_mem_bytes}>")
 

@@ -99,10 +99,13 @@ cdef int _configure_pool(Device dev) except -1:
 
 
 def _shape_dtype(shape, dtype):
+    import operator
     dt = np.dtype(dtype) if dtype is not None else None
-    if isinstance(shape, (int, np.integer)):
-        shape = (int(shape),)
-    shape = tuple(int(s) for s in shape)
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}")
+    shape = tuple(operator.index(s) for s in shape)
     if any(s < 0 for s in shape):
         raise ValueError(f"negative dimension in shape {shape}")
     count = 1
@@ -138,6 +141,9 @@ cdef class Buffer:
         self.owned = False
         self.closed = False
         self.root = None
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create Buffers with Buffer.empty(), Buffer.zeros(), Buffer.from_numpy() or asbuffer()")
 
     @staticmethod
     def empty(shape, dtype=None, *, device=None, stream=None, bint async_alloc=True):
@@ -715,6 +721,9 @@ cdef class HostBuffer:
     cdef readonly Device device
     cdef Py_ssize_t _shape1[1]
     cdef Py_ssize_t _strides1[1]
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("create pinned memory with HostBuffer.empty(shape, dtype)")
 
     @staticmethod
     def empty(shape, dtype=np.uint8, *, device=None):

@@ -109,6 +109,9 @@ cdef class Module:
     """A loaded CUDA module. Get one from :func:`load_module` or
     ``compile(...).load()``; ``module.function(name)`` looks up a kernel."""
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Modules come from pycudadrv.load_module(image) or compile(...).load()")
+
     @staticmethod
     def _load(bytes data, str kind, Device dev, h, ptx):
         cdef Module m = Module.__new__(Module)
