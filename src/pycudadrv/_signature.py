@@ -66,6 +66,11 @@ _PARAM_RE = re.compile(
     r"(?:\.align\s+(\d+)\s+)?[\w$%]+\s*(?:\[(\d+)\])?")
 
 
+def _strip_ptx_comments(ptx: str) -> str:
+    ptx = re.sub(r"/\*.*?\*/", " ", ptx, flags=re.S)
+    return re.sub(r"//[^\n]*", "", ptx)
+
+
 def ptx_entries(ptx: str) -> dict:
     """Map each ``.entry`` name in PTX text to its parameter layout.
 
@@ -74,6 +79,7 @@ def ptx_entries(ptx: str) -> dict:
     -> POINTER.
     """
     out = {}
+    ptx = _strip_ptx_comments(ptx)
     for m in _ENTRY_RE.finditer(ptx):
         name, body = m.group(1), m.group(2)
         items = []
@@ -85,8 +91,14 @@ def ptx_entries(ptx: str) -> dict:
             if pm is None:
                 raise ValueError(f"cannot parse PTX parameter {p!r} of .entry {name}")
             align_a, t, bits, align_b, count = pm.groups()
+            if int(bits) not in (8, 16, 32, 64) or (t == "f" and int(bits) == 8):
+                raise ValueError(f"unsupported PTX parameter type .{t}{bits} in .entry {name}: {p!r}")
+            if (align_a or align_b) and int(align_a or align_b) not in (1, 2, 4, 8, 16, 32, 64, 128):
+                raise ValueError(f"bad PTX .align in .entry {name}: {p!r}")
             size = int(bits) // 8
             if count is not None:
+                if int(count) == 0:
+                    raise ValueError(f"zero-length PTX parameter array in .entry {name}: {p!r}")
                 n = int(count) * size
                 items.append((BYTES, n, int(align_a or align_b or size)))
             elif ".ptr" in p:
@@ -106,23 +118,79 @@ _C_TYPES = {
     "long": (INT, 8), "unsigned long": (UINT, 8), "long long": (INT, 8), "unsigned long long": (UINT, 8),
     "int64_t": (INT, 8), "uint64_t": (UINT, 8), "size_t": (UINT, 8), "ptrdiff_t": (INT, 8),
     "half": (FLOAT, 2), "__half": (FLOAT, 2), "float": (FLOAT, 4), "double": (FLOAT, 8),
-    "float2": (BYTES, 8, 8), "float4": (BYTES, 16, 16), "double2": (BYTES, 16, 16),
-    "int2": (BYTES, 8, 8), "int4": (BYTES, 16, 16), "complex64": (BYTES, 8, 4), "complex128": (BYTES, 16, 8),
+    "__nv_bfloat16": (BYTES, 2, 2), "nv_bfloat16": (BYTES, 2, 2),
+    "half2": (BYTES, 4, 4), "__half2": (BYTES, 4, 4), "__nv_bfloat162": (BYTES, 4, 4),
+    "intptr_t": (INT, 8), "uintptr_t": (UINT, 8), "CUdeviceptr": (POINTER, 8),
+    "char2": (BYTES, 2, 2), "uchar2": (BYTES, 2, 2), "char4": (BYTES, 4, 4), "uchar4": (BYTES, 4, 4),
+    "short2": (BYTES, 4, 4), "ushort2": (BYTES, 4, 4), "short4": (BYTES, 8, 8), "ushort4": (BYTES, 8, 8),
+    "int2": (BYTES, 8, 8), "uint2": (BYTES, 8, 8), "int3": (BYTES, 12, 4), "uint3": (BYTES, 12, 4),
+    "int4": (BYTES, 16, 16), "uint4": (BYTES, 16, 16),
+    "float2": (BYTES, 8, 8), "float3": (BYTES, 12, 4), "float4": (BYTES, 16, 16),
+    "double2": (BYTES, 16, 16), "double3": (BYTES, 24, 8), "double4": (BYTES, 32, 16),
+    "longlong2": (BYTES, 16, 16), "ulonglong2": (BYTES, 16, 16),
+    "complex64": (BYTES, 8, 4), "complex128": (BYTES, 16, 8),
 }
+
+_QUALIFIERS = {"const", "volatile", "__restrict__", "restrict", "__restrict", "struct"}
+# Spellings of the same C integer type: word multiset (order-free) -> canonical name.
+_INT_SPELLINGS = {
+    ("int", "signed"): "int", ("signed",): "int", ("int", "short"): "short", ("short", "signed"): "short",
+    ("int", "short", "signed"): "short", ("int", "short", "unsigned"): "unsigned short",
+    ("int", "long"): "long", ("long", "signed"): "long", ("int", "long", "signed"): "long",
+    ("int", "long", "unsigned"): "unsigned long", ("int", "long", "long"): "long long",
+    ("long", "long", "signed"): "long long", ("int", "long", "long", "signed"): "long long",
+    ("int", "long", "long", "unsigned"): "unsigned long long", ("char", "signed"): "signed char",
+    ("int", "unsigned"): "unsigned int", ("unsigned",): "unsigned int",
+}
+
+
+def _c_type(text):
+    """Parse one C parameter declaration ('const float* __restrict__ out',
+    'unsigned long int n', 'int') into (kind, size, align), or None if it is
+    not a C type we know."""
+    s = text.replace("*", " * ").replace("&", " & ")
+    words = s.split()
+    if "&" in words:
+        raise ValueError(f"reference parameter {text!r}: kernels take values or pointers")
+    if "*" in words:
+        base = [w for w in words[:words.index("*")] if w not in _QUALIFIERS]
+        if not base or not all(re.fullmatch(r"[A-Za-z_]\w*", w) for w in base):
+            raise ValueError(f"cannot parse parameter {text!r}")
+        return (POINTER, 8, 8)
+    words = [w for w in words if w not in _QUALIFIERS]
+    for drop_name in (False, True):  # 'float x' -> 'float'
+        ws = words[:-1] if drop_name and len(words) > 1 else words
+        if drop_name and len(words) <= 1:
+            break
+        key = " ".join(ws)
+        if key in _C_TYPES:
+            v = _C_TYPES[key]
+            return (v[0], v[1], v[2] if len(v) > 2 else v[1])
+        canon = _INT_SPELLINGS.get(tuple(sorted(ws)))
+        if canon is not None:
+            v = _C_TYPES[canon]
+            return (v[0], v[1], v[1])
+    return None
 
 
 def _one_type(t):
     if isinstance(t, str):
-        s = " ".join(t.replace("const ", " ").replace("__restrict__", "").split())
-        if s.endswith("*") or s in ("ptr", "pointer", "void*"):
+        if t.strip() in ("ptr", "pointer"):
             return (POINTER, 8, 8)
-        if s in _C_TYPES:
-            v = _C_TYPES[s]
-            return (v[0], v[1], v[2] if len(v) > 2 else v[1])
+        if t.strip() == "void":
+            raise ValueError("a kernel parameter cannot be void")
+        ct = _c_type(t)
+        if ct is not None:
+            return ct
+        s = t.strip()
+        if not re.fullmatch(r"[A-Za-z][\w]*", s):
+            raise ValueError(f"unknown parameter type {t!r} in signature")
         try:
             t = np.dtype(s)
         except TypeError:
             raise ValueError(f"unknown parameter type {t!r} in signature") from None
+    elif not isinstance(t, (np.dtype, type)):
+        raise ValueError(f"unknown parameter type {t!r} in signature (use a C type name or a numpy dtype)")
     dt = np.dtype(t)
     if dt.fields is not None or dt.kind == "V":
         return (BYTES, dt.itemsize, dt.alignment)
@@ -140,14 +208,8 @@ def parse_signature(sig) -> list:
     ``T*`` is a device pointer; structured dtypes are structs)."""
     if isinstance(sig, str):
         parts = [p.strip() for p in sig.split(",")] if sig.strip() else []
-        # drop parameter names: "float* out" -> "float*"
-        cleaned = []
-        for p in parts:
-            m = re.match(r"^(.*?[\s\*])([A-Za-z_]\w*)$", p)
-            if m and m.group(1).strip() and " ".join(p.split()) not in _C_TYPES:
-                p = m.group(1).strip()
-            cleaned.append(p)
-        parts = cleaned
+    elif isinstance(sig, (bytes, bytearray)):
+        raise ValueError("a signature is a str or a sequence of types, not bytes")
     else:
         parts = list(sig)
     return _place([_one_type(p) for p in parts])

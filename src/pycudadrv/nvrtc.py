@@ -83,6 +83,16 @@ def _load():
     with _lock:
         if _lib is not None:
             return _lib
+        env = os.environ.get("PYCUDADRV_NVRTC")
+        if env:
+            try:
+                lib = ctypes.CDLL(env)
+                lib.nvrtcVersion  # noqa: B018
+            except (OSError, AttributeError) as e:
+                raise NvrtcUnavailableError(f"PYCUDADRV_NVRTC={env!r} is not a loadable NVRTC library: {e}") from None
+            _declare(lib)
+            _lib, _lib_path = lib, env
+            return lib
         tried = []
         for cand in _candidates():
             if "builtins" in os.path.basename(cand) or cand.endswith(".alt.so"):
@@ -226,13 +236,13 @@ def cache_dir():
     """Directory of the compile cache: ``$PYCUDADRV_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/pycudadrv``, else ``~/.cache/pycudadrv``; None when
     ``PYCUDADRV_CACHE=0`` disables it."""
-    if os.environ.get("PYCUDADRV_CACHE", "1") in ("0", "false", "no", "off"):
+    if os.environ.get("PYCUDADRV_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     d = os.environ.get("PYCUDADRV_CACHE_DIR")
     if not d:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         d = os.path.join(base, "pycudadrv")
-    return d
+    return os.path.expanduser(d)
 
 
 def clear_cache():
@@ -249,9 +259,9 @@ def clear_cache():
     return n
 
 
-def _cache_key(src, headers, opts, name_expressions, target, arch, version):
+def _cache_key(src, name, headers, opts, name_expressions, target, arch, version):
     h = hashlib.sha256()
-    for part in (b"pycudadrv compile v1", src, json.dumps(sorted(headers.items())).encode(),
+    for part in (b"pycudadrv compile v1", src, name.encode(), json.dumps(sorted(headers.items())).encode(),
                  json.dumps(list(opts)).encode(), json.dumps(list(name_expressions)).encode(),
                  target.encode(), arch.encode(), json.dumps(list(version)).encode()):
         h.update(struct.pack("<Q", len(part)))
@@ -259,10 +269,18 @@ def _cache_key(src, headers, opts, name_expressions, target, arch, version):
     return h.hexdigest()
 
 
+_CACHE_MAX_BYTES = 1 << 30
+
+
 def _cache_read(path):
+    import stat
+
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _CACHE_MAX_BYTES:
+            return None  # a FIFO, a device, a directory, or absurdly large: never read it
         with open(path, "rb") as f:
-            data = f.read()
+            data = f.read(_CACHE_MAX_BYTES + 1)
     except OSError:
         return None
     if len(data) < len(_MAGIC) + 36 or not data.startswith(_MAGIC):
@@ -342,7 +360,7 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
         ``"sm_90"`` style; defaults to the current device's compute capability
         (needs a GPU; give it explicitly to compile on a machine without one).
     options : sequence of str
-        Extra NVRTC options, e.g. ``("-O3", "--use_fast_math", "-DN=4")``.
+        Extra NVRTC options, e.g. ``("--use_fast_math", "-DN=4", "-std=c++17")``.
     name_expressions : sequence of str
         e.g. ``("axpy<float>",)``; their lowered names land in ``lowered_names``.
     headers : dict of str -> str, optional
@@ -371,6 +389,40 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
     """
     if target not in ("cubin", "ptx"):
         raise ValueError(f"target must be 'cubin' or 'ptx', got {target!r}")
+    if isinstance(source, str):
+        src = source.encode()
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        src = bytes(source)
+        try:
+            src.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"compile: source bytes are not UTF-8 ({e}); NVRTC would silently drop text") from None
+    else:
+        raise TypeError(f"compile: source must be str or bytes, got {type(source).__name__}")
+    if b"\0" in src:
+        raise ValueError("compile: source contains a NUL byte (NVRTC would ignore everything after it)")
+    if not isinstance(name, str) or not name or "\0" in name:
+        raise TypeError(f"compile: name must be a non-empty str, got {name!r}")
+
+    def _strings(v, what):
+        v = (v,) if isinstance(v, str) else tuple(v)
+        for s in v:
+            if not isinstance(s, str) or "\0" in s:
+                raise TypeError(f"compile: {what} must be strings without NUL bytes, got {s!r}")
+        return v
+
+    options = _strings(options, "options")
+    include_paths = _strings(include_paths, "include_paths")
+    name_expressions = _strings(name_expressions, "name_expressions")
+    for o in options:
+        if o.startswith(("-arch", "--gpu-architecture", "-gencode", "--generate-code")):
+            raise ValueError(f"compile: give the architecture as arch=..., not in options ({o!r})")
+    if headers is not None:
+        if not isinstance(headers, dict):
+            raise TypeError("compile: headers must be a dict of name -> source text")
+        for k, v in headers.items():
+            if not isinstance(k, str) or not isinstance(v, str) or "\0" in k or "\0" in v:
+                raise TypeError(f"compile: header {k!r} must map a str name to str source without NUL bytes")
     lib = _load()
     if arch is None:
         arch = _default_arch()
@@ -384,11 +436,10 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
     opts = [f"-arch={gpu_arch}", *[f"-I{p}" for p in include_paths],
             *[f"-I{p}" for p in default_include_dirs()], *options]
     headers = dict(headers or {})
-    src = source.encode() if isinstance(source, str) else bytes(source)
     cache_path = None
     cdir = cache_dir() if use_cache else None
     if cdir:
-        key = _cache_key(src, headers, opts, name_expressions, target, gpu_arch, nvrtc_version())
+        key = _cache_key(src, name, headers, opts, name_expressions, target, gpu_arch, nvrtc_version())
         cache_path = os.path.join(cdir, key + ".nvrtc")
         hit = _cache_read(cache_path)
         if hit is not None:
