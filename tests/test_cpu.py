@@ -187,3 +187,34 @@ def test_compile_finds_the_cuda_device_headers_by_itself():
     obj = cd.compile(src, arch="sm_90")
     assert obj.image[:4] == b"\x7fELF"
     assert any(o.startswith("-I") for o in obj.options)
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(source=5), TypeError), (dict(source="x\0y"), ValueError), (dict(source=b"// \xff\n"), ValueError),
+    (dict(source="k", options=["-arch=sm_80"]), ValueError), (dict(source="k", name=None), TypeError),
+    (dict(source="k", headers={"a.h": None}), TypeError), (dict(source="k", options=[3]), TypeError),
+])
+def test_compile_rejects_malformed_input_before_nvrtc(kwargs, error):
+    with pytest.raises(error):
+        cd.compile(arch="sm_90", **kwargs)
+
+
+def test_compile_takes_a_single_include_path_string():
+    obj = cd.compile('extern "C" __global__ void k() {}', arch="sm_90", include_paths="/opt/inc", target="ptx")
+    assert "-I/opt/inc" in obj.options
+
+
+def test_image_kind_rejects_zeros_and_truncated_elf():
+    with pytest.raises(ValueError):
+        cd.image_kind(bytes(16))
+    with pytest.raises(ValueError):
+        cd.image_kind(b"\x7fEL")
+    assert cd.image_kind(".version 8.0\n") == "ptx"
+
+
+def test_a_library_that_is_not_a_driver_is_named_as_such():
+    env = dict(os.environ, PYCUDADRV_LIBCUDA="libc.so.6")
+    r = subprocess.run([sys.executable, "-c", "import pycudadrv as cd\ntry:\n    cd.require()\n"
+                        "except cd.CudaUnavailableError as e:\n    print(e)"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert "is not a CUDA driver library" in r.stdout, r.stdout + r.stderr

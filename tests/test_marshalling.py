@@ -165,3 +165,70 @@ def test_marshalling_never_crashes_and_either_packs_exact_sizes_or_raises(pairs)
         return
     assert [len(b) for b in out] == [p.size for p in layout]
     assert all(a % 16 == 0 for a in addrs)
+
+
+class _FakeCAI:
+    def __init__(self, cai):
+        self.__cuda_array_interface__ = cai
+
+
+@pytest.mark.parametrize("cai", [{"data": ()}, {"data": []}, {}, "abc", {"data": "123"}, {"data": ("1", False)},
+                                 {"data": (1.9, False)}, {"data": (True, False)}, {"data": (-1, False)},
+                                 {"data": (2**64, False)}, {"data": (None, False)}])
+def test_a_bogus_cuda_array_interface_is_a_type_error_not_a_crash(cai):
+    with pytest.raises(TypeError, match="parameter #0"):
+        cd.pack_arguments("float*", [_FakeCAI(cai)])
+
+
+def test_a_valid_cuda_array_interface_gives_its_pointer():
+    assert pack("float*", _FakeCAI({"data": (0x1000, False)})) == [struct.pack("<Q", 0x1000)]
+
+
+@pytest.mark.parametrize("kind", [7, 50, -1, 100000])
+def test_invalid_layout_kinds_are_rejected(kind):
+    with pytest.raises(ValueError, match="invalid parameter #0"):
+        cd.pack_arguments([sig.Param(kind, 4, 4, 0)], [5])
+
+
+@pytest.mark.parametrize("ctype, value", [
+    ("float*", np.int64(-1)), ("float*", np.datetime64(5, "s")), ("float*", True), ("float*", b"12345678"),
+    ("double", np.complex64(1)), ("int", np.str_("a")), ("int64_t", None), ("half", 70000.0), ("float", 1e300),
+    ("double", 10**400), ("float*", np.bool_(True)),
+])
+def test_values_of_the_wrong_kind_are_refused(ctype, value):
+    with pytest.raises(TypeError, match="parameter #0"):
+        cd.pack_arguments(ctype, [value])
+
+
+def test_handle_objects_cannot_be_built_directly():
+    for make in (cd.Function, cd.Buffer, cd.Module, lambda: cd.HostBuffer(16)):
+        with pytest.raises(TypeError):
+            make()
+    p = cd.PreparedLaunch.__new__(cd.PreparedLaunch)
+    assert "not initialised" in repr(p)
+    with pytest.raises(TypeError, match="not initialised"):
+        p()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("const int", (sig.INT, 4)), ("const double x", (sig.FLOAT, 8)), ("signed int", (sig.INT, 4)),
+    ("short int x", (sig.INT, 2)), ("unsigned long int n", (sig.UINT, 8)),
+    ("const float* const p", (sig.POINTER, 8)), ("float3 v", (sig.BYTES, 12)), ("half2", (sig.BYTES, 4)),
+    ("CUdeviceptr p", (sig.POINTER, 8)),
+])
+def test_c_spellings_of_parameter_types(text, expected):
+    (p,) = sig.parse_signature(text)
+    assert (p.kind, p.size) == expected
+
+
+@pytest.mark.parametrize("bad", ["void", "7)", "04", [None], [b"int"]])
+def test_bad_signatures_are_value_errors(bad):
+    with pytest.raises(ValueError):
+        sig.parse_signature(bad)
+
+
+def test_ptx_comments_never_hide_or_invent_parameters():
+    e = sig.ptx_entries(".entry k(.param .u64 a // (x)\n, .param .u32 b) // .entry fake(.param .u32 z)")
+    assert list(e) == ["k"] and [p.size for p in e["k"]] == [8, 4]
+    with pytest.raises(ValueError):
+        sig.ptx_entries(".entry k(.param .b0 a)")

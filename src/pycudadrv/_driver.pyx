@@ -90,25 +90,34 @@ cdef int _load() except -1:
     cdef CUresult r
     cdef bytes path
     cdef const char* cerr
-    path = os.environ.get("PYCUDADRV_LIBCUDA", LIBCUDA).encode()
+    env = os.environ.get("PYCUDADRV_LIBCUDA")
+    path = os.fsencode(env if env else LIBCUDA)
+    shown = os.fsdecode(path)
+    where = f" (from PYCUDADRV_LIBCUDA)" if env else ""
     lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)
     if lib == NULL:
         cerr = dlerror()
         err = (<bytes>cerr).decode(errors='replace') if cerr != NULL else 'unknown'
         raise CudaUnavailableError(
-            f"CUDA driver library not found: dlopen({path.decode()!r}) failed: {err}. "
-            "Install the NVIDIA driver (pycudadrv needs no toolkit).")
+            f"CUDA driver library not found: dlopen({shown!r}){where} failed: {err}. "
+            + ("Point PYCUDADRV_LIBCUDA at libcuda.so.1 or unset it." if env else
+               "Install the NVIDIA driver (pycudadrv needs no toolkit)."))
     getproc = <getproc_t>dlsym(lib, "cuGetProcAddress_v2")
     if getproc == NULL:
+        if dlsym(lib, "cuDriverGetVersion") == NULL:
+            raise CudaUnavailableError(f"{shown!r}{where} is not a CUDA driver library (it has no cuDriverGetVersion)")
         raise CudaUnavailableError(
-            f"the CUDA driver in {path.decode()!r} has no cuGetProcAddress_v2: driver older than "
+            f"the CUDA driver in {shown!r}{where} has no cuGetProcAddress_v2: driver older than "
             f"CUDA {_version_str(PYCUDADRV_MIN_DRIVER_VERSION)}, the oldest pycudadrv supports")
     # cuDriverGetVersion first, so every other symbol is asked for at a version the driver knows.
     fn = NULL
     r = getproc("cuDriverGetVersion", &fn, 2020, CU_GET_PROC_ADDRESS_DEFAULT, &qres)
     if r != CUDA_SUCCESS or fn == NULL:
-        raise CudaUnavailableError(f"cuGetProcAddress(cuDriverGetVersion) failed ({r})")
-    (<CUresult (*)(int*) noexcept nogil>fn)(&drv_ver)
+        raise CudaUnavailableError(f"the CUDA driver in {shown!r} failed cuGetProcAddress(cuDriverGetVersion): "
+                                   f"CUresult {r}")
+    r = (<CUresult (*)(int*) noexcept nogil>fn)(&drv_ver)
+    if r != CUDA_SUCCESS:
+        raise CudaUnavailableError(f"the CUDA driver in {shown!r} failed cuDriverGetVersion: CUresult {r}")
     if drv_ver < PYCUDADRV_MIN_DRIVER_VERSION:
         raise CudaUnavailableError(
             f"CUDA driver too old: it supports CUDA {_version_str(drv_ver)}, "
@@ -192,7 +201,7 @@ def is_available():
     """
     try:
         driver()
-    except CudaUnavailableError:
+    except Exception:
         return False
     cdef int n = 0
     if _api.p_cuDeviceGetCount(&n) != CUDA_SUCCESS:
@@ -224,6 +233,8 @@ def fnv1a64(data):
     Offset basis 0xcbf29ce484222325, prime 0x100000001b3. Returns an int in
     [0, 2**64).
     """
+    if not isinstance(data, (bytes, bytearray)):
+        data = memoryview(data).tobytes()
     cdef const unsigned char[::1] view = memoryview(data).cast("B")
     if view.shape[0] == 0:
         return pycudadrv_fnv1a64(NULL, 0)

@@ -27,15 +27,19 @@ def image_kind(image):
     ``"ptx"`` (text) from the first bytes of a module image.
 
     Raises ValueError for an empty image or binary data that is neither."""
+    if isinstance(image, str):
+        image = image.encode()
     b = bytes(image[:4])
-    if not b:
-        raise ValueError("empty module image")
+    if not b.strip(b"\0"):
+        raise ValueError("empty module image" if not b else "module image starts with NUL bytes: not PTX, "
+                         "CUBIN or fatbin")
     if b == ELF_MAGIC:
         return "cubin"
     if b == FATBIN_MAGIC:
         return "fatbin"
     head = bytes(image[:4096])
-    if b"\0" in head.rstrip(b"\0") or any(c > 127 for c in head):
+    # PTX is text: no control characters but tab/CR/LF (UTF-8 in comments is allowed); NUL only at the end.
+    if b"\0" in head.rstrip(b"\0") or any(c < 9 or 13 < c < 32 or c == 127 for c in head.rstrip(b"\0")):
         raise ValueError("module image is neither PTX text, a CUBIN (ELF) nor a fatbin: first bytes "
                          f"{bytes(image[:8])!r}")
     return "ptx"

@@ -115,15 +115,19 @@ def report(file=None):
 
 
 def _at_exit():
-    if isinstance(get_launch_hook(), _Profiler):
+    if isinstance(get_launch_hook(), _Profiler) and (_profiler.records or _totals):
         try:
             report()
         except Exception as e:  # the driver may be gone at exit
             print(f"[pycudadrv profile] no report: {e}", file=sys.stderr)
 
 
-if os.environ.get("PYCUDADRV_TRACE", "0") not in ("", "0"):
+def _env_on(name):
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+if _env_on("PYCUDADRV_TRACE"):
     enable_trace()
-elif os.environ.get("PYCUDADRV_PROFILE", "0") not in ("", "0"):
+elif _env_on("PYCUDADRV_PROFILE"):
     enable()
     atexit.register(_at_exit)
