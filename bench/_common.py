@@ -8,15 +8,22 @@
 * :class:`Row` and :func:`run_interleaved` run every row of a benchmark in
   turn, round after round, with the C floor first and last in each round, and
   keep each round's figures so that only same-round ratios are taken.
-* :func:`summarize`, :func:`environment` and :func:`write_json` produce the
-  report.
+* :func:`setup` does what every benchmark does first (CUDA present, the C floor
+  built and initialised, device 0 current, the host described) and
+  :func:`launch_hook` warns about a profiling hook; :func:`setup_peers` sets up
+  the optional peer libraries and :func:`sync_all_streams` waits for every stream.
+* :func:`summarize`, :func:`environment`, :meth:`Bench.report_header`,
+  :func:`print_skipped` and :func:`write_report` (JSON, and a PNG through
+  :func:`pyplot` / :func:`save_figure`) produce the report.
 """
 from __future__ import annotations
 
+import argparse
 import atexit
 import ctypes
 import datetime as _dt
 import glob
+import importlib
 import json
 import os
 import platform
@@ -26,7 +33,10 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
+from time import perf_counter_ns
+from types import SimpleNamespace
 from typing import Callable
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -36,6 +46,27 @@ C_FLOOR_SOURCE = BENCH_DIR / "c_floor.c"
 
 class BenchSetupError(RuntimeError):
     """Something the benchmark cannot run without (CUDA, a C compiler, cuda.h)."""
+
+
+class PeerSkipped(Exception):
+    """An optional peer library is missing or unusable: its rows are skipped."""
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# The tiny kernel of launch_overhead.py and graph_replay.py: launched with n = 0
+# (no thread touches memory), grid 1, block 32.
+KERNEL_NAME = "bench_kernel"
+KERNEL_SRC = r"""
+extern "C" __global__ void bench_kernel(float* a, const float* b, int n, float s) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] = s * b[i] + a[i];
+}
+"""
+GRID, BLOCK = 1, 32
+N_ELEMS = 32                 # elements in the a/b buffers (the kernel reads none with n = 0)
 
 
 # --------------------------------------------------------------------------- C floor
@@ -262,6 +293,11 @@ def _dims3(v, what: str) -> tuple[int, int, int]:
     return t + (1,) * (3 - len(t))
 
 
+def kernel_params(a_ptr: int, b_ptr: int, n: int, s: float) -> ParamArray:
+    """The C ``void* params[]`` of ``bench_kernel(a, b, n, s)``."""
+    return ParamArray(ctypes.c_void_p(a_ptr), ctypes.c_void_p(b_ptr), ctypes.c_int(n), ctypes.c_float(s))
+
+
 def param_array_from_bytes(params) -> ParamArray:
     """A :class:`ParamArray` holding copies of already-marshalled parameter bytes (e.g.
     ``PreparedLaunch.param_bytes()``), so C launches receive exactly the bits pycudadrv
@@ -341,6 +377,202 @@ def build_c_floor(source: Path = C_FLOOR_SOURCE) -> CFloor:
     return CFloor(ctypes.CDLL(out), out, " ".join(cmd), _compiler_version(cc), inc)
 
 
+# --------------------------------------------------------------------------- set-up
+
+@dataclass
+class Bench:
+    """What :func:`setup` found: pycudadrv (``cd``), the initialised C floor, device 0
+    (current), the driver version, the host (:func:`environment`) and the run's title."""
+
+    name: str
+    cd: object
+    floor: CFloor
+    pdev: object
+    driver_version: tuple
+    env: dict
+    title: str
+
+    def report_header(self) -> dict:
+        """The first keys of the JSON report: the benchmark, the host, the device,
+        driver / pycudadrv / NVRTC versions and how the C floor was built."""
+        cd, pdev, floor, dv = self.cd, self.pdev, self.floor, self.driver_version
+        cc = pdev.compute_capability
+        try:
+            nvrtc = ".".join(map(str, cd.nvrtc_version()))
+        except Exception:  # noqa: BLE001
+            nvrtc = None
+        return {
+            "benchmark": self.name,
+            **self.env,
+            "device": {"name": pdev.name, "ordinal": pdev.ordinal, "compute_capability": list(cc), "arch": pdev.arch},
+            "driver_version": f"{dv[0]}.{dv[1]}",
+            "pycudadrv_version": cd.__version__,
+            "nvrtc_version": nvrtc,
+            "c_floor": {"compile": floor.compiler, "compiler": floor.compiler_version,
+                        "cuda_include": floor.include_dir},
+        }
+
+
+def setup(name: str, title_suffix: str, *, title_prefix: str = "",
+          check_built: Callable[[CFloor], str | None] | None = None,
+          check_ready: Callable[[CFloor], str | None] | None = None) -> Bench | None:
+    """Everything a benchmark needs before its own work: CUDA available, the C floor
+    compiled (then ``check_built(floor)``), device 0's primary context current, the C
+    floor initialised (then ``check_ready(floor)``), the host described; logs
+    ``<name>: <title>`` and the CPU / compiler line. The title is ``<title_prefix><device>,
+    driver CUDA x.y, pycudadrv v; <title_suffix>``. A check returns an error message or
+    None. Returns None, after printing ``<name>: <why>`` to stderr, when something is
+    missing (the benchmark then exits 2)."""
+    import pycudadrv as cd
+
+    def fail(msg):
+        print(f"{name}: {msg}", file=sys.stderr)
+
+    if not cd.is_available():
+        try:
+            cd.require()
+            why = "is_available() is False"
+        except Exception as e:  # noqa: BLE001 -- the reason, for the message
+            why = f"{type(e).__name__}: {e}"
+        fail(f"CUDA is not available, nothing to measure ({why})")
+        return None
+    try:
+        floor = build_c_floor()
+    except BenchSetupError as e:
+        fail(e)
+        return None
+    msg = check_built(floor) if check_built is not None else None
+    if msg:
+        fail(msg)
+        return None
+    pdev = cd.Device(0)
+    pdev.set_current()
+    try:
+        floor.init()
+    except BenchSetupError as e:
+        fail(e)
+        return None
+    msg = check_ready(floor) if check_ready is not None else None
+    if msg:
+        fail(msg)
+        return None
+    dv = cd.driver_version()
+    env = environment()
+    title = f"{title_prefix}{pdev.name}, driver CUDA {dv[0]}.{dv[1]}, pycudadrv {cd.__version__}; {title_suffix}"
+    log(f"{name}: {title}")
+    log(f"  CPU {env['cpu']}; C floor built with: {floor.compiler_version}")
+    return Bench(name, cd, floor, pdev, dv, env, title)
+
+
+def launch_hook():
+    """The pycudadrv launch hook, or None; logs a warning when there is one
+    (profiling/tracing, PYCUDADRV_PROFILE / PYCUDADRV_TRACE, would add its cost
+    to every pycudadrv row)."""
+    try:
+        from pycudadrv._launch import get_launch_hook
+        hook = get_launch_hook()
+    except ImportError:
+        hook = None
+    if hook is not None:
+        log(f"WARNING: a pycudadrv launch hook is installed ({hook!r}); the pycudadrv rows include its cost")
+    return hook
+
+
+def setup_peers(makers, enabled: bool, pdev, detail: Callable[[dict], str] | None = None):
+    """Set up the optional peer libraries: ``makers`` is ``[(name, make), ...]`` with
+    ``make()`` returning ``(payload, meta)`` or raising (PeerSkipped, or anything: the
+    peer is then skipped with the reason). ``pdev`` is made current after each (the
+    peers share its primary context). With ``detail``, logs ``  <name>: <status>`` after
+    each attempted peer, followed by ``detail(info)`` when it is ok. Returns
+    ``({name: payload} of the peers that are ok, {name: info})``, info's "status"
+    being "ok" (with meta) or "skipped: <why>"."""
+    payloads, info = {}, {}
+    for name, make in makers:
+        if not enabled:
+            info[name] = {"status": "skipped: --no-peers"}
+            continue
+        try:
+            payload, meta = make()
+        except PeerSkipped as e:
+            info[name] = {"status": f"skipped: {e}"}
+        except Exception as e:  # noqa: BLE001 -- any failure of an optional peer only skips it
+            info[name] = {"status": f"skipped: {type(e).__name__}: {e}"}
+        else:
+            payloads[name] = payload
+            info[name] = {"status": "ok", **meta}
+        finally:
+            pdev.set_current()  # the peers share the primary context; be sure it is current
+        if detail is not None:
+            st = info[name]
+            log(f"  {name}: {st['status']}{detail(st) if st['status'] == 'ok' else ''}")
+    return payloads, info
+
+
+def cupy_bench_kernel():
+    """CuPy's set-up of the benchmarks' kernel: a namespace with ``cupy``, ``kernel`` (a
+    RawKernel of bench_kernel), ``stream`` (non-blocking), ``a`` = 0 and ``b`` = 1 (N_ELEMS
+    float32), ``grid``, ``block`` and ``args`` (n = 0, s = 1); the kernel launched once on the
+    stream (compiling and loading it, outside any capture) and synchronised. Raises
+    PeerSkipped when CuPy is not installed."""
+    import numpy as np
+
+    try:
+        import cupy
+    except ImportError as e:
+        raise PeerSkipped(f"not installed ({e})") from None
+    kernel = cupy.RawKernel(KERNEL_SRC, KERNEL_NAME)
+    st = cupy.cuda.Stream(non_blocking=True)
+    a = cupy.zeros(N_ELEMS, dtype=cupy.float32)
+    b = cupy.ones(N_ELEMS, dtype=cupy.float32)
+    cupy.cuda.Device(0).synchronize()
+    grid, block = (GRID,), (BLOCK,)
+    args = (a, b, np.int32(0), np.float32(1.0))
+    with st:
+        kernel(grid, block, args)  # probe: compiles and loads the kernel outside any capture
+    st.synchronize()
+    return SimpleNamespace(cupy=cupy, kernel=kernel, stream=st, a=a, b=b, grid=grid, block=block, args=args)
+
+
+def cuda_core_peer(pdev):
+    """cuda.core (``cuda.core``, else ``cuda.core.experimental``): a namespace with its
+    ``Device``, ``LaunchConfig``, ``Program``, ``ProgramOptions`` and ``launch``, the
+    ``module`` they came from, the package ``version``, its ``device`` for ``pdev`` (made
+    current) and a new ``stream`` of it. Raises PeerSkipped when cuda.core is not installed."""
+    try:
+        try:
+            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+            modname = "cuda.core"
+        except ImportError:
+            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
+            modname = "cuda.core.experimental"
+        import cuda.core as cc_pkg
+        version = getattr(cc_pkg, "__version__", "?")
+    except ImportError as e:
+        raise PeerSkipped(f"not installed ({e})") from None
+    dev = Device(pdev.ordinal)
+    dev.set_current()
+    stream = dev.create_stream()
+    return SimpleNamespace(Device=Device, LaunchConfig=LaunchConfig, Program=Program, ProgramOptions=ProgramOptions,
+                           launch=launch, module=modname, version=version, device=dev, stream=stream)
+
+
+def sync_all_streams(syncs, pdev) -> Callable[[], None]:
+    """A function that calls every one of ``syncs`` (stream synchronize methods; each
+    stream once, in order), then makes ``pdev``'s context current again."""
+    unique, seen = [], set()
+    for f in syncs:
+        key = id(getattr(f, "__self__", f))
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+
+    def sync_all():
+        for f in unique:
+            f()
+        pdev.set_current()
+    return sync_all
+
+
 # --------------------------------------------------------------------------- interleaved rounds
 
 @dataclass
@@ -382,11 +614,20 @@ class Interleaved:
         return [v / self.launches / 1e3 for v in values_ns]
 
 
+def loop_call0(f):
+    """A row's run(n): n x f(), timed (the launches only)."""
+    def run(n):
+        it = repeat(None, n)
+        t0 = perf_counter_ns()
+        for _ in it:
+            f()
+        return perf_counter_ns() - t0
+    return run
+
+
 def _time_row(row: Row, n: int) -> tuple[int, int]:
     """(launch ns, drain ns): the row's launches, then its stream's synchronize
     (timed apart), so the next row starts with nothing queued."""
-    from time import perf_counter_ns
-
     elapsed = row.run(n)
     t0 = perf_counter_ns()
     row.sync()
@@ -446,6 +687,10 @@ def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, 
     return res
 
 
+def median_or_nan(values) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
 def summarize(values: list) -> dict:
     """median, quartiles (p25, p75), min, max, mean and count of a list of numbers."""
     if not values:
@@ -497,3 +742,67 @@ def write_json(path: Path, data: dict) -> None:
         json.dump(data, f, indent=2, sort_keys=False)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def print_skipped(peers: dict, *dropped: dict) -> None:
+    """One line per peer that is not ok, then one per row dropped during a run."""
+    for name, info in peers.items():
+        if info["status"] != "ok":
+            print(f"{name}: {info['status']}")
+    for rows in dropped:
+        for name, why in rows.items():
+            print(f"{name}: dropped during the run ({why})")
+
+
+def write_report(results_dir: Path, name: str, data: dict, plot: Callable[[Path], None] | None) -> None:
+    """Write ``<results_dir>/<name>.json``; then, unless ``plot`` is None (--no-plot),
+    ``plot(<results_dir>/<name>.png)`` when matplotlib is installed. Says what it wrote."""
+    out_json = results_dir / f"{name}.json"
+    write_json(out_json, data)
+    print(f"\nwrote {out_json}")
+    if plot is None:
+        return
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        print("matplotlib not installed: no PNG")
+        return
+    out_png = results_dir / f"{name}.png"
+    plot(out_png)
+    print(f"wrote {out_png}")
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, title: str, fontsize: int = 11) -> None:
+    """Title, lay out and save ``fig`` as ``path`` (120 dpi), then close it."""
+    import matplotlib.pyplot as plt
+
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- command line
+
+def new_parser(doc: str) -> argparse.ArgumentParser:
+    """The benchmark's parser; its description is the first paragraph of ``doc``."""
+    return argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_output_args(ap: argparse.ArgumentParser) -> None:
+    """--no-plot, --results-dir and --strict (the last options of every benchmark)."""
+    ap.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help=f"default {RESULTS_DIR}")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")

@@ -197,28 +197,10 @@ double floor_launch_loop(void *func, void *stream, void **params, int iters) {
     return floor_launch_loop_dims(func, 1, 32, 0, stream, params, iters);
 }
 
-double floor_graph_launch_loop(void *graph_exec, void *stream, int iters) {
-    const graph_launch_t launch = p_graph_launch;
-    const CUgraphExec g = (CUgraphExec)graph_exec;
-    const CUstream s = (CUstream)stream;
-    double t0, t1;
-    int i;
-    if (launch == NULL)
-        return -(double)CUDA_ERROR_NOT_SUPPORTED;
-    t0 = now_s();
-    for (i = 0; i < iters; ++i) {
-        CUresult r = launch(g, s);
-        if (r != CUDA_SUCCESS)
-            return -(double)r;
-    }
-    t1 = now_s();
-    return t1 - t0;
-}
-
-double floor_graph_launch_loop_sync(void *graph_exec, void *stream, int iters) {
-    /* As floor_graph_launch_loop, then wait for the stream inside the timing:
-     * the figure covers the GPU's execution of every replay, not just their
-     * submission (for graphs long enough to be GPU-bound). */
+/* `iters` x cuGraphLaunch(graph_exec, stream), then (when `synchronize`) cuStreamSynchronize(stream)
+ * inside the timing; seconds, or -(CUresult). Inline, so each caller compiles to its own loop with
+ * `synchronize` folded away. */
+static inline double graph_launch_loop(void *graph_exec, void *stream, int iters, int synchronize) {
     const graph_launch_t launch = p_graph_launch;
     const stream_synchronize_t sync = p_stream_synchronize;
     const CUgraphExec g = (CUgraphExec)graph_exec;
@@ -226,7 +208,7 @@ double floor_graph_launch_loop_sync(void *graph_exec, void *stream, int iters) {
     double t0, t1;
     CUresult r;
     int i;
-    if (launch == NULL || sync == NULL)
+    if (launch == NULL || (synchronize && sync == NULL))
         return -(double)CUDA_ERROR_NOT_SUPPORTED;
     t0 = now_s();
     for (i = 0; i < iters; ++i) {
@@ -234,34 +216,45 @@ double floor_graph_launch_loop_sync(void *graph_exec, void *stream, int iters) {
         if (r != CUDA_SUCCESS)
             return -(double)r;
     }
-    r = sync(s);
-    if (r != CUDA_SUCCESS)
-        return -(double)r;
+    if (synchronize) {
+        r = sync(s);
+        if (r != CUDA_SUCCESS)
+            return -(double)r;
+    }
     t1 = now_s();
     return t1 - t0;
 }
 
-int floor_graph_capture(void *func, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
-                        unsigned int block_x, unsigned int block_y, unsigned int block_z,
-                        unsigned int shared_mem_bytes, void *stream, void **params, int count,
-                        void **graph_exec_out, int *num_nodes_out) {
-    /* Record `count` launches of `func` (same dims, same params) on `stream`
-     * and instantiate them: the same chain of kernel nodes that a capture of
-     * the same launches made anywhere else would record. The CUgraph itself is
-     * destroyed once instantiated (the executable graph does not need it).
-     * On failure the capture is ended (the stream is usable again), nothing
-     * is leaked and *graph_exec_out is NULL. */
-    const CUstream s = (CUstream)stream;
+double floor_graph_launch_loop(void *graph_exec, void *stream, int iters) {
+    return graph_launch_loop(graph_exec, stream, iters, 0);
+}
+
+double floor_graph_launch_loop_sync(void *graph_exec, void *stream, int iters) {
+    /* As floor_graph_launch_loop, then wait for the stream inside the timing:
+     * the figure covers the GPU's execution of every replay, not just their
+     * submission (for graphs long enough to be GPU-bound). */
+    return graph_launch_loop(graph_exec, stream, iters, 1);
+}
+
+/* Record what `record(s, ctx)` launches on `s` and instantiate it: cuStreamBeginCapture
+ * (thread-local capture mode), record, cuStreamEndCapture, cuGraphGetNodes (the node count,
+ * when available), cuGraphInstantiateWithFlags (flags 0), cuGraphDestroy (the executable graph
+ * does not need the CUgraph). The outputs are cleared first; `args_ok` is the caller's check of
+ * its own arguments (CUDA_ERROR_INVALID_VALUE when 0). On failure the capture is ended (the
+ * stream is usable again), nothing is leaked and *graph_exec_out is NULL. 0 or a CUresult. */
+typedef CUresult (*capture_record_t)(CUstream s, const void *ctx);
+
+static int capture_graph(int args_ok, CUstream s, capture_record_t record, const void *ctx,
+                         void **graph_exec_out, int *num_nodes_out) {
     CUgraph graph = NULL;
     CUgraphExec exec = NULL;
     CUresult r, r_end;
     size_t n = 0;
-    int i;
     if (graph_exec_out != NULL)
         *graph_exec_out = NULL;
     if (num_nodes_out != NULL)
         *num_nodes_out = -1;
-    if (graph_exec_out == NULL || count < 1 || s == NULL)
+    if (graph_exec_out == NULL || !args_ok || s == NULL)
         return (int)CUDA_ERROR_INVALID_VALUE;
     if (p_launch_kernel == NULL || p_stream_begin_capture == NULL || p_stream_end_capture == NULL ||
         p_graph_instantiate == NULL || p_graph_destroy == NULL)
@@ -269,12 +262,7 @@ int floor_graph_capture(void *func, unsigned int grid_x, unsigned int grid_y, un
     r = p_stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     if (r != CUDA_SUCCESS)
         return (int)r;
-    for (i = 0; i < count; ++i) {
-        r = p_launch_kernel((CUfunction)func, grid_x, grid_y, grid_z, block_x, block_y, block_z,
-                            shared_mem_bytes, s, params, NULL);
-        if (r != CUDA_SUCCESS)
-            break;
-    }
+    r = record(s, ctx);
     r_end = p_stream_end_capture(s, &graph);
     if (r == CUDA_SUCCESS)
         r = r_end;
@@ -294,6 +282,49 @@ int floor_graph_capture(void *func, unsigned int grid_x, unsigned int grid_y, un
     }
     *graph_exec_out = (void *)exec;
     return 0;
+}
+
+/* What floor_graph_capture records: `count` launches of one kernel. */
+struct repeated_launch {
+    CUfunction func;
+    unsigned int grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem_bytes;
+    void **params;
+    int count;
+};
+
+static CUresult record_repeated_launch(CUstream s, const void *ctx) {
+    const struct repeated_launch *l = (const struct repeated_launch *)ctx;
+    CUresult r = CUDA_SUCCESS;
+    int i;
+    for (i = 0; i < l->count; ++i) {
+        r = p_launch_kernel(l->func, l->grid_x, l->grid_y, l->grid_z, l->block_x, l->block_y, l->block_z,
+                            l->shared_mem_bytes, s, l->params, NULL);
+        if (r != CUDA_SUCCESS)
+            break;
+    }
+    return r;
+}
+
+int floor_graph_capture(void *func, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z,
+                        unsigned int block_x, unsigned int block_y, unsigned int block_z,
+                        unsigned int shared_mem_bytes, void *stream, void **params, int count,
+                        void **graph_exec_out, int *num_nodes_out) {
+    /* Record `count` launches of `func` (same dims, same params) on `stream`
+     * and instantiate them (capture_graph): the same chain of kernel nodes that
+     * a capture of the same launches made anywhere else would record. */
+    struct repeated_launch l;
+    l.func = (CUfunction)func;
+    l.grid_x = grid_x;
+    l.grid_y = grid_y;
+    l.grid_z = grid_z;
+    l.block_x = block_x;
+    l.block_y = block_y;
+    l.block_z = block_z;
+    l.shared_mem_bytes = shared_mem_bytes;
+    l.params = params;
+    l.count = count;
+    return capture_graph(count >= 1, (CUstream)stream, record_repeated_launch, &l, graph_exec_out,
+                         num_nodes_out);
 }
 
 int floor_graph_upload(void *graph_exec, void *stream) {
@@ -349,52 +380,38 @@ static CUresult launch_seq(int n_kernels, void *const *funcs, const unsigned int
     return CUDA_SUCCESS;
 }
 
+/* What floor_graph_capture_seq records: `repeats` steps of a sequence of kernels. */
+struct repeated_seq {
+    int n_kernels;
+    void *const *funcs;
+    const unsigned int *dims;
+    const unsigned int *shared;
+    void **const *params;
+    int repeats;
+};
+
+static CUresult record_repeated_seq(CUstream s, const void *ctx) {
+    const struct repeated_seq *q = (const struct repeated_seq *)ctx;
+    CUresult r = CUDA_SUCCESS;
+    int i;
+    for (i = 0; i < q->repeats && r == CUDA_SUCCESS; ++i)
+        r = launch_seq(q->n_kernels, q->funcs, q->dims, q->shared, q->params, s);
+    return r;
+}
+
 int floor_graph_capture_seq(int n_kernels, void *const *funcs, const unsigned int *dims,
                             const unsigned int *shared, void **const *params, void *stream, int repeats,
                             void **graph_exec_out, int *num_nodes_out) {
-    /* As floor_graph_capture, for a sequence of kernels repeated `repeats` times. On
-     * failure the capture is ended (the stream is usable again), nothing is leaked and
-     * *graph_exec_out is NULL. */
-    const CUstream s = (CUstream)stream;
-    CUgraph graph = NULL;
-    CUgraphExec exec = NULL;
-    CUresult r = CUDA_SUCCESS, r_end;
-    size_t n = 0;
-    int i;
-    if (graph_exec_out != NULL)
-        *graph_exec_out = NULL;
-    if (num_nodes_out != NULL)
-        *num_nodes_out = -1;
-    if (graph_exec_out == NULL || n_kernels < 1 || funcs == NULL || dims == NULL || params == NULL ||
-        repeats < 1 || s == NULL)
-        return (int)CUDA_ERROR_INVALID_VALUE;
-    if (p_launch_kernel == NULL || p_stream_begin_capture == NULL || p_stream_end_capture == NULL ||
-        p_graph_instantiate == NULL || p_graph_destroy == NULL)
-        return (int)CUDA_ERROR_NOT_SUPPORTED;
-    r = p_stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-    if (r != CUDA_SUCCESS)
-        return (int)r;
-    for (i = 0; i < repeats && r == CUDA_SUCCESS; ++i)
-        r = launch_seq(n_kernels, funcs, dims, shared, params, s);
-    r_end = p_stream_end_capture(s, &graph);
-    if (r == CUDA_SUCCESS)
-        r = r_end;
-    if (r == CUDA_SUCCESS && graph == NULL)
-        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    if (r == CUDA_SUCCESS && p_graph_get_nodes != NULL && p_graph_get_nodes(graph, NULL, &n) == CUDA_SUCCESS &&
-        num_nodes_out != NULL)
-        *num_nodes_out = (int)n;
-    if (r == CUDA_SUCCESS)
-        r = p_graph_instantiate(&exec, graph, 0);
-    if (graph != NULL)
-        p_graph_destroy(graph);
-    if (r != CUDA_SUCCESS) {
-        if (exec != NULL && p_graph_exec_destroy != NULL)
-            p_graph_exec_destroy(exec);
-        return (int)r;
-    }
-    *graph_exec_out = (void *)exec;
-    return 0;
+    /* As floor_graph_capture, for a sequence of kernels repeated `repeats` times. */
+    struct repeated_seq q;
+    q.n_kernels = n_kernels;
+    q.funcs = funcs;
+    q.dims = dims;
+    q.shared = shared;
+    q.params = params;
+    q.repeats = repeats;
+    return capture_graph(n_kernels >= 1 && funcs != NULL && dims != NULL && params != NULL && repeats >= 1,
+                         (CUstream)stream, record_repeated_seq, &q, graph_exec_out, num_nodes_out);
 }
 
 double floor_launch_seq_loop(int n_kernels, void *const *funcs, const unsigned int *dims,

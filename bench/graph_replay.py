@@ -83,9 +83,6 @@ correctness check fails, or with ``--strict`` when a target is missed.
 """
 from __future__ import annotations
 
-import argparse
-import ctypes
-import statistics
 import sys
 from itertools import repeat
 from pathlib import Path
@@ -95,28 +92,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, whereve
 
 import numpy as np  # noqa: E402
 
+# KERNEL_*, GRID, BLOCK, N_ELEMS: the kernel of launch_overhead.py (same source, name and configuration).
 from _common import (  # noqa: E402
-    RESULTS_DIR,
+    BLOCK,
+    GRID,
+    KERNEL_NAME,
+    KERNEL_SRC,
+    N_ELEMS,
     BenchSetupError,
-    ParamArray,
+    PeerSkipped,
     Row,
-    build_c_floor,
-    environment,
+    add_output_args,
+    cupy_bench_kernel,
+    kernel_params,
+    launch_hook,
+    log,
+    loop_call0,
+    median_or_nan,
+    new_parser,
+    print_skipped,
+    pyplot,
     run_interleaved,
+    save_figure,
+    setup,
+    setup_peers,
     summarize,
-    write_json,
+    sync_all_streams,
+    write_report,
 )
-
-# The kernel of launch_overhead.py (same source, name and configuration).
-KERNEL_NAME = "bench_kernel"
-KERNEL_SRC = r"""
-extern "C" __global__ void bench_kernel(float* a, const float* b, int n, float s) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) a[i] = s * b[i] + a[i];
-}
-"""
-GRID, BLOCK = 1, 32
-N_ELEMS = 32
 
 # Table 1: 1,000-kernel graph replay.
 REPLAY_C = "C: C-built graph, cuGraphLaunch loop + sync"
@@ -138,10 +141,6 @@ TARGET_HEAT = 2.5      # graph steps/s / eager steps/s, at least
 CHECK_REL_ERROR = 1e-5
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
 # --------------------------------------------------------------------------- timed loops
 
 def loop_replay_sync(launch, sync):
@@ -152,17 +151,6 @@ def loop_replay_sync(launch, sync):
         for _ in it:
             launch()
         sync()
-        return perf_counter_ns() - t0
-    return run
-
-
-def loop_call0(f):
-    """n x f(); the launches only."""
-    def run(n):
-        it = repeat(None, n)
-        t0 = perf_counter_ns()
-        for _ in it:
-            f()
         return perf_counter_ns() - t0
     return run
 
@@ -214,8 +202,8 @@ def check_graphs(floor, fn, s, pdev, cd, kernels):
     a = cd.Buffer.zeros(N_ELEMS, np.float32, stream=s)
     b = cd.Buffer.from_numpy(np.ones(N_ELEMS, np.float32), stream=s)
     s.synchronize()
-    vals = (ctypes.c_void_p(a.ptr), ctypes.c_void_p(b.ptr), ctypes.c_int(N_ELEMS), ctypes.c_float(2.0))
-    ex, nodes = floor.graph_capture(fn.handle, GRID, BLOCK, 0, s.handle, ParamArray(*vals), kernels)
+    ex, nodes = floor.graph_capture(fn.handle, GRID, BLOCK, 0, s.handle, kernel_params(a.ptr, b.ptr, N_ELEMS, 2.0),
+                                    kernels)
     try:
         pdev.set_current()
         floor.graph_launch_loop_sync(ex, s.handle, 1)
@@ -248,28 +236,12 @@ def check_graphs(floor, fn, s, pdev, cd, kernels):
 
 # --------------------------------------------------------------------------- CuPy
 
-class PeerSkipped(Exception):
-    pass
-
-
 def peer_cupy(kernels):
     """CuPy: the kernel as a RawKernel on a non-blocking cupy Stream, captured
-    into a K-kernel and a 1-kernel graph. Returns (replay row, host-cost row
-    factory, stream, meta); raises PeerSkipped or anything on failure."""
-    try:
-        import cupy
-    except ImportError as e:
-        raise PeerSkipped(f"not installed ({e})") from None
-    kernel = cupy.RawKernel(KERNEL_SRC, KERNEL_NAME)
-    st = cupy.cuda.Stream(non_blocking=True)
-    a = cupy.zeros(N_ELEMS, dtype=cupy.float32)
-    b = cupy.ones(N_ELEMS, dtype=cupy.float32)
-    cupy.cuda.Device().synchronize()
-    grid, block = (GRID,), (BLOCK,)
-    args = (a, b, np.int32(0), np.float32(1.0))
-    with st:
-        kernel(grid, block, args)  # probe: compiles and loads the kernel outside any capture
-    st.synchronize()
+    into a K-kernel and a 1-kernel graph. Returns ((replay row, host-cost row
+    factory, stream), meta); raises PeerSkipped or anything on failure."""
+    c = cupy_bench_kernel()
+    cupy, kernel, st, a, b, grid, block, args = c.cupy, c.kernel, c.stream, c.a, c.b, c.grid, c.block, c.args
 
     def capture(count, kargs):
         with st:
@@ -309,7 +281,7 @@ def peer_cupy(kernels):
         return Row(HOST_CUPY, batched(loop_call_stream(g_one.launch, st), st.synchronize, batch), st.synchronize,
                    essential=False, keep=(kernel, st, a, b, g_one))
 
-    return replay, host_row, st, {"version": cupy.__version__, "check": "ok", "uploaded": uploaded}
+    return (replay, host_row, st), {"version": cupy.__version__, "check": "ok", "uploaded": uploaded}
 
 
 # --------------------------------------------------------------------------- reporting
@@ -378,10 +350,6 @@ def heat_report(res, steps, graph_name):
     return rep
 
 
-def _median(values):
-    return statistics.median(values) if values else float("nan")
-
-
 def _verdict(row, sign="<="):
     if "target" not in row:
         return ""
@@ -415,12 +383,12 @@ def print_host_table(rep, launches, batch):
     print(f"{'row':<{w}}{'us/launch':>10}{'x C':>9}{'min':>9}{'max':>9}{'drain us':>10}{'target':>9}  result")
     print("-" * (w + 65))
     print(f"{fl['name']:<{w}}{fl['us_summary']['median']:>10.3f}{1.0:>9.3f}{'':>18}"
-          f"{_median(fl['drain_us']):>10.1f}")
+          f"{median_or_nan(fl['drain_us']):>10.1f}")
     for n in names:
         r = rep["rows"][n]
         rt = r["ratio_summary"]
         print(f"{n:<{w}}{r['us_summary']['median']:>10.3f} {rt['median']:>8.3f} {rt['min']:>8.3f} {rt['max']:>8.3f}"
-              f"{_median(r['drain_us']):>10.1f}{_verdict(r)}")
+              f"{median_or_nan(r['drain_us']):>10.1f}{_verdict(r)}")
     d = fl["drift_summary"]
     print(f"(C floor drift within a round, last/first: median {d['median']:.3f}, range {d['min']:.3f}..{d['max']:.3f};"
           f" drain us: the last batch's synchronize, untimed -- large values mean the GPU set the pace)")
@@ -446,11 +414,7 @@ def print_heat_table(rep, n, graph_name):
 
 
 def plot(path, replay, host, heat, graph_name, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
 
     def ratio_panel(ax, rep, unit, target_row, target, subtitle, fmt):
@@ -501,19 +465,13 @@ def plot(path, replay, host, heat, graph_name, title):
     ax.set_xticklabels([k.split(":")[0] for k in ways])
     ax.set_ylabel("steps per second (median over rounds)")
     ax.set_title(f"heat stencil {heat['n']}x{heat['n']} ({graph_name.split(': ')[1]})", fontsize=9)
-
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 # --------------------------------------------------------------------------- main
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = new_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=15, help="counted rounds of every table (default 15)")
     ap.add_argument("--warmup-rounds", type=int, default=1, help="uncounted rounds first (default 1)")
     ap.add_argument("--kernels", type=int, default=1000, help="kernels in the replayed graph (default 1000)")
@@ -531,9 +489,7 @@ def parse_args(argv=None):
                     help="steps of the heat correctness check (default 2000)")
     ap.add_argument("--no-peers", action="store_true", help="skip CuPy")
     ap.add_argument("--no-rotate", action="store_true", help="same row order every round")
-    ap.add_argument("--no-plot", action="store_true", help="do not write the PNG")
-    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help=f"default {RESULTS_DIR}")
-    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    add_output_args(ap)
     args = ap.parse_args(argv)
     if min(args.rounds, args.kernels, args.replays, args.launches, args.heat_n, args.heat_steps,
            args.graph_steps, args.check_steps) < 1 or args.warmup_rounds < 0 or args.batch < 0:
@@ -550,47 +506,16 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import pycudadrv as cd
     from pycudadrv import heat
 
-    if not cd.is_available():
-        try:
-            cd.require()
-            why = "is_available() is False"
-        except Exception as e:  # noqa: BLE001 -- the reason, for the message
-            why = f"{type(e).__name__}: {e}"
-        print(f"graph_replay: CUDA is not available, nothing to measure ({why})", file=sys.stderr)
+    bench = setup("graph_replay", f"{args.rounds} rounds",
+                  check_ready=lambda floor: None if floor.has_graph_capture
+                  else "the C floor has no floor_graph_capture")
+    if bench is None:
         return 2
-    try:
-        floor = build_c_floor()
-    except BenchSetupError as e:
-        print(f"graph_replay: {e}", file=sys.stderr)
-        return 2
-    pdev = cd.Device(0)
-    pdev.set_current()
-    try:
-        floor.init()
-    except BenchSetupError as e:
-        print(f"graph_replay: {e}", file=sys.stderr)
-        return 2
-    if not floor.has_graph_capture:
-        print("graph_replay: the C floor has no floor_graph_capture", file=sys.stderr)
-        return 2
-
-    dv = cd.driver_version()
-    env = environment()
+    cd, floor, pdev, title = bench.cd, bench.floor, bench.pdev, bench.title
     K, R = args.kernels, args.replays
-    title = (f"{pdev.name}, driver CUDA {dv[0]}.{dv[1]}, pycudadrv {cd.__version__}; {args.rounds} rounds")
-    log(f"graph_replay: {title}")
-    log(f"  CPU {env['cpu']}; C floor built with: {floor.compiler_version}")
-
-    try:  # profiling/tracing (PYCUDADRV_PROFILE / PYCUDADRV_TRACE) would add its cost to every pycudadrv row
-        from pycudadrv._launch import get_launch_hook
-        hook = get_launch_hook()
-    except ImportError:
-        hook = None
-    if hook is not None:
-        log(f"WARNING: a pycudadrv launch hook is installed ({hook!r}); the pycudadrv rows include its cost")
+    hook = launch_hook()
 
     fn = cd.compile(KERNEL_SRC).load().function(KERNEL_NAME)
     s = cd.Stream()
@@ -608,7 +533,7 @@ def main(argv=None) -> int:
         f"(a = {2.0 * K:g}; nodes {checks['graphs']['c_graph_nodes']} / {checks['graphs']['pycudadrv_graph_nodes']})")
 
     # The timed graphs: n = 0, s = 1 (no thread touches memory), as launch_overhead.py.
-    c_params = ParamArray(ctypes.c_void_p(a.ptr), ctypes.c_void_p(b.ptr), ctypes.c_int(0), ctypes.c_float(1.0))
+    c_params = kernel_params(a.ptr, b.ptr, 0, 1.0)
     c_big, c_big_nodes = floor.graph_capture(fn.handle, GRID, BLOCK, 0, s.handle, c_params, K)
     c_one, _ = floor.graph_capture(fn.handle, GRID, BLOCK, 0, s.handle, c_params, 1)
     prepared = fn.bind(GRID, BLOCK, a, b, 0, 1.0, stream=s)
@@ -643,31 +568,16 @@ def main(argv=None) -> int:
                  Row(HOST_PY_STREAM, batched(loop_call_stream(g_one.launch, s), s.synchronize, args.batch),
                      s.synchronize)]
 
-    peers = {}
     streams_sync = [s.synchronize]
-    if args.no_peers:
-        peers["cupy"] = {"status": "skipped: --no-peers"}
-    else:
-        try:
-            cupy_replay, cupy_host, cupy_stream, meta = peer_cupy(K)
-        except PeerSkipped as e:
-            peers["cupy"] = {"status": f"skipped: {e}"}
-        except Exception as e:  # noqa: BLE001 -- any failure of an optional peer only skips it
-            peers["cupy"] = {"status": f"skipped: {type(e).__name__}: {e}"}
-        else:
-            replay_rows.append(cupy_replay)
-            host_rows.append(cupy_host(args.batch))
-            streams_sync.append(cupy_stream.synchronize)
-            peers["cupy"] = {"status": "ok", **meta}
-        finally:
-            pdev.set_current()  # CuPy shares the primary context; be sure it is current
+    peers_ok, peers = setup_peers((("cupy", lambda: peer_cupy(K)),), not args.no_peers, pdev)
+    if "cupy" in peers_ok:
+        cupy_replay, cupy_host, cupy_stream = peers_ok["cupy"]
+        replay_rows.append(cupy_replay)
+        host_rows.append(cupy_host(args.batch))
+        streams_sync.append(cupy_stream.synchronize)
     log(f"peers: cupy: {peers['cupy']['status']}"
         + (f" ({peers['cupy']['version']})" if peers["cupy"]["status"] == "ok" else ""))
-
-    def sync_all():
-        for f in streams_sync:
-            f()
-        pdev.set_current()
+    sync_all = sync_all_streams(streams_sync, pdev)
 
     common = dict(rounds=args.rounds, warmup_rounds=args.warmup_rounds, rotate=not args.no_rotate,
                   sync_all=sync_all, log=log)
@@ -764,12 +674,7 @@ def main(argv=None) -> int:
     print_replay_table(replay_rep, K, R)
     print_host_table(host_rep, args.launches, args.batch)
     print_heat_table(heat_rep, n, graph_name)
-    for name, info in peers.items():
-        if info["status"] != "ok":
-            print(f"{name}: {info['status']}")
-    for rep in (replay_rep, host_rep, heat_rep):
-        for name, why in rep["dropped"].items():
-            print(f"{name}: dropped during the run ({why})")
+    print_skipped(peers, *(rep["dropped"] for rep in (replay_rep, host_rep, heat_rep)))
     print(f"\nheat check ({cs} steps from the same grid): eager, prepared and graph bit-identical: "
           f"{'yes' if all(identical.values()) else 'NO ' + str(identical)}; graph vs NumPy float64: "
           f"relative error {err:.2e} (limit {CHECK_REL_ERROR:g}) -> {'OK' if heat_ok else 'FAIL'}")
@@ -782,20 +687,8 @@ def main(argv=None) -> int:
     passed = all(targets.values())
     print("targets: " + "; ".join(f"{k_}: {'PASS' if v else 'FAIL'}" for k_, v in targets.items()))
 
-    cc = pdev.compute_capability
-    try:
-        nvrtc = ".".join(map(str, cd.nvrtc_version()))
-    except Exception:  # noqa: BLE001
-        nvrtc = None
     data = {
-        "benchmark": "graph_replay",
-        **env,
-        "device": {"name": pdev.name, "ordinal": pdev.ordinal, "compute_capability": list(cc), "arch": pdev.arch},
-        "driver_version": f"{dv[0]}.{dv[1]}",
-        "pycudadrv_version": cd.__version__,
-        "nvrtc_version": nvrtc,
-        "c_floor": {"compile": floor.compiler, "compiler": floor.compiler_version,
-                    "cuda_include": floor.include_dir},
+        **bench.report_header(),
         "config": {"rounds": args.rounds, "warmup_rounds": args.warmup_rounds, "rotate": not args.no_rotate,
                    "kernels": K, "replays": R, "launches": args.launches, "batch": args.batch,
                    "grid": GRID, "block": BLOCK, "n": 0, "kernel": KERNEL_SRC.strip(),
@@ -812,18 +705,8 @@ def main(argv=None) -> int:
         "host": host_rep,
         "heat": heat_rep,
     }
-    out_json = args.results_dir / "graph_replay.json"
-    write_json(out_json, data)
-    print(f"\nwrote {out_json}")
-    if not args.no_plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("matplotlib not installed: no PNG")
-        else:
-            out_png = args.results_dir / "graph_replay.png"
-            plot(out_png, replay_rep, host_rep, heat_rep, graph_name, title)
-            print(f"wrote {out_png}")
+    write_report(args.results_dir, "graph_replay", data,
+                 None if args.no_plot else lambda path: plot(path, replay_rep, host_rep, heat_rep, graph_name, title))
 
     sync_all()
     for ex in (c_big, c_one):

@@ -60,9 +60,7 @@ Usage: ``python bench/launch_overhead.py [--rounds 15] [--launches 20000]``
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
-import statistics
 import sys
 from itertools import repeat
 from pathlib import Path
@@ -73,26 +71,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, whereve
 import numpy as np  # noqa: E402
 
 from _common import (  # noqa: E402
-    RESULTS_DIR,
+    BLOCK,
+    GRID,
+    KERNEL_NAME,
+    KERNEL_SRC,
+    N_ELEMS,
     BenchSetupError,
     ParamArray,
+    PeerSkipped,
     Row,
-    build_c_floor,
-    environment,
+    add_output_args,
+    cuda_core_peer,
+    cupy_bench_kernel,
+    kernel_params,
+    launch_hook,
+    log,
+    loop_call0,
+    median_or_nan,
+    new_parser,
+    print_skipped,
+    pyplot,
     run_interleaved,
+    save_figure,
+    setup,
+    setup_peers,
     summarize,
-    write_json,
+    sync_all_streams,
+    write_report,
 )
 
-KERNEL_NAME = "bench_kernel"
-KERNEL_SRC = r"""
-extern "C" __global__ void bench_kernel(float* a, const float* b, int n, float s) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) a[i] = s * b[i] + a[i];
-}
-"""
-GRID, BLOCK = 1, 32
-N_ELEMS = 32                 # elements in the a/b buffers (the kernel reads none with n = 0)
 PARAM_COUNTS = (1, 4, 16, 64)
 
 FLOOR = "C floor (cuLaunchKernel loop)"
@@ -109,23 +116,8 @@ CUPY = "CuPy RawKernel"
 TARGETS = {PREPARED: 1.10, GENERIC: 1.30}
 
 
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
 # --------------------------------------------------------------------------- timed loops
 # Each factory returns run(n) -> nanoseconds for n launches; only the loop is timed.
-
-def loop_call0(f):
-    """n x f()."""
-    def run(n):
-        it = repeat(None, n)
-        t0 = perf_counter_ns()
-        for _ in it:
-            f()
-        return perf_counter_ns() - t0
-    return run
-
 
 def loop_call_args(f, args):
     """n x f(*args)."""
@@ -183,10 +175,6 @@ def c_floor_row(floor, name, fn, stream, params, pdev):
 
 
 # --------------------------------------------------------------------------- peers
-
-class PeerSkipped(Exception):
-    pass
-
 
 def peer_cuda_bindings(fn, stream, kp_prebuilt: ParamArray, a, b):
     """Rows over cuda.bindings' cuLaunchKernel: kernelParams as the int address
@@ -275,21 +263,9 @@ def peer_cuda_bindings(fn, stream, kp_prebuilt: ParamArray, a, b):
 
 def peer_cuda_core(pdev):
     """cuda.core: its own Program, Kernel, Stream and Buffers; launch(stream, config, kernel, *args)."""
-    try:
-        try:
-            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
-            modname = "cuda.core"
-        except ImportError:
-            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
-            modname = "cuda.core.experimental"
-        import cuda.core as cc_pkg
-        version = getattr(cc_pkg, "__version__", "?")
-    except ImportError as e:
-        raise PeerSkipped(f"not installed ({e})") from None
-    dev = Device(pdev.ordinal)
-    dev.set_current()
-    stream = dev.create_stream()
-    prog = Program(KERNEL_SRC, code_type="c++", options=ProgramOptions(arch=pdev.arch))
+    core = cuda_core_peer(pdev)
+    dev, stream, launch = core.device, core.stream, core.launch
+    prog = core.Program(KERNEL_SRC, code_type="c++", options=core.ProgramOptions(arch=pdev.arch))
     kernel = prog.compile("cubin").get_kernel(KERNEL_NAME)
     owners = ()
     try:
@@ -304,7 +280,7 @@ def peer_cuda_core(pdev):
         buffers = f"int pointers (dev.allocate failed: {e})"
     stream.sync()
     dev.sync()
-    config = LaunchConfig(grid=GRID, block=BLOCK)
+    config = core.LaunchConfig(grid=GRID, block=BLOCK)
     k0, s0 = np.int32(0), np.float32(1.0)
     launch(stream, config, kernel, a, b, k0, s0)  # probe
     stream.sync()
@@ -317,25 +293,13 @@ def peer_cuda_core(pdev):
         return perf_counter_ns() - t0
 
     row = Row(CORE, run, stream.sync, essential=False, keep=(dev, prog, kernel, a, b, owners, stream))
-    return [row], {"version": version, "module": modname, "buffers": buffers}
+    return [row], {"version": core.version, "module": core.module, "buffers": buffers}
 
 
 def peer_cupy():
     """CuPy: RawKernel over cupy arrays, launched on a non-blocking cupy Stream."""
-    try:
-        import cupy
-    except ImportError as e:
-        raise PeerSkipped(f"not installed ({e})") from None
-    kernel = cupy.RawKernel(KERNEL_SRC, KERNEL_NAME)
-    st = cupy.cuda.Stream(non_blocking=True)
-    a = cupy.zeros(N_ELEMS, dtype=cupy.float32)
-    b = cupy.ones(N_ELEMS, dtype=cupy.float32)
-    cupy.cuda.Device(0).synchronize()
-    grid, block = (GRID,), (BLOCK,)
-    args = (a, b, np.int32(0), np.float32(1.0))
-    with st:
-        kernel(grid, block, args)  # probe (compiles the kernel)
-    st.synchronize()
+    c = cupy_bench_kernel()
+    kernel, st, a, b, grid, block, args = c.kernel, c.stream, c.a, c.b, c.grid, c.block, c.args
 
     def run(n):
         it = repeat(None, n)
@@ -346,35 +310,21 @@ def peer_cupy():
             return perf_counter_ns() - t0
 
     row = Row(CUPY, run, st.synchronize, essential=False, keep=(kernel, st, a, b))
-    return [row], {"version": cupy.__version__}
+    return [row], {"version": c.cupy.__version__}
 
 
-def setup_peers(enabled, fn, stream, kp_prebuilt, a, b, pdev):
-    rows, info = [], {}
-    for name, make in (("cuda.bindings", lambda: peer_cuda_bindings(fn, stream, kp_prebuilt, a, b)),
-                       ("cuda.core", lambda: peer_cuda_core(pdev)),
-                       ("cupy", peer_cupy)):
-        if not enabled:
-            info[name] = {"status": "skipped: --no-peers"}
-            continue
-        try:
-            r, meta = make()
-        except PeerSkipped as e:
-            info[name] = {"status": f"skipped: {e}"}
-        except Exception as e:  # noqa: BLE001 -- any failure of an optional peer only skips it
-            info[name] = {"status": f"skipped: {type(e).__name__}: {e}"}
-        else:
-            rows += r
-            info[name] = {"status": "ok", **meta}
-        finally:
-            pdev.set_current()  # the peers share the primary context; be sure it is current
-        extra = ""
-        if info[name]["status"] == "ok":
-            extra = f" ({info[name].get('version')})"
-            if "_v2" in info[name]:
-                extra += f"; _v2 launch_kernel: {info[name]['_v2']}"
-        log(f"  {name}: {info[name]['status']}{extra}")
-    return rows, info
+def peers_rows(enabled, fn, stream, kp_prebuilt, a, b, pdev):
+    """The rows of every peer that is installed and works, and every peer's status."""
+    def detail(info):
+        extra = f" ({info.get('version')})"
+        if "_v2" in info:
+            extra += f"; _v2 launch_kernel: {info['_v2']}"
+        return extra
+
+    rows, info = setup_peers((("cuda.bindings", lambda: peer_cuda_bindings(fn, stream, kp_prebuilt, a, b)),
+                              ("cuda.core", lambda: peer_cuda_core(pdev)),
+                              ("cupy", peer_cupy)), enabled, pdev, detail)
+    return [r for peer in rows.values() for r in peer], info
 
 
 # --------------------------------------------------------------------------- checks
@@ -385,8 +335,7 @@ def check_c_floor(floor, fn, stream, pdev, cd):
     a = cd.Buffer.zeros(N_ELEMS, np.float32)
     b = cd.Buffer.from_numpy(np.ones(N_ELEMS, np.float32))
     pdev.synchronize()
-    vals = (ctypes.c_void_p(a.ptr), ctypes.c_void_p(b.ptr), ctypes.c_int(N_ELEMS), ctypes.c_float(2.0))
-    floor.launch_loop(fn.handle, stream.handle, ParamArray(*vals), 1)
+    floor.launch_loop(fn.handle, stream.handle, kernel_params(a.ptr, b.ptr, N_ELEMS, 2.0), 1)
     stream.synchronize()
     got = a.to_numpy()
     if not np.array_equal(got, np.full(N_ELEMS, 2.0, np.float32)):
@@ -435,7 +384,7 @@ def print_main_table(main, order):
           f"{'target':>9}  result")
     print("-" * (w + 64))
     print(f"{FLOOR:<{w}}{fl['per_launch_us_summary']['median']:>10.3f}{1.0:>9.3f}{'':>16}"
-          f"{_median(fl['drain_us']):>10.1f}")
+          f"{median_or_nan(fl['drain_us']):>10.1f}")
     for name in order:
         r = main["rows"][name]
         us, rt = r["per_launch_us_summary"]["median"], r["ratio_summary"]
@@ -444,15 +393,11 @@ def print_main_table(main, order):
         if tgt is not None:
             tail = f"{'<= %.2f' % tgt:>9}  {'PASS' if r['pass'] else 'FAIL'}"
         print(f"{name:<{w}}{us:>10.3f}{rt['median']:>9.3f}{rt['min']:>8.3f}{rt['max']:>8.3f}"
-              f"{_median(r['drain_us']):>10.1f}{tail}")
+              f"{median_or_nan(r['drain_us']):>10.1f}{tail}")
     d = fl["drift_summary"]
     print(f"(floor drift within a round, last/first: median {d['median']:.3f}, "
           f"range {d['min']:.3f}..{d['max']:.3f}; drain us: the row's stream synchronize after its "
           f"launches, untimed -- large values mean the GPU, not the CPU, set the pace)")
-
-
-def _median(values):
-    return statistics.median(values) if values else float("nan")
 
 
 def print_param_table(params):
@@ -468,11 +413,7 @@ def print_param_table(params):
 
 
 def plot(path, main, order, params, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     if params:
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [3, 2]})
     else:
@@ -504,11 +445,7 @@ def plot(path, main, order, params, title):
 
     if ax2 is not None:
         _plot_params(ax2, params)
-    fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, title)
 
 
 def _plot_params(ax2, params):
@@ -544,17 +481,14 @@ def param_source(counts):
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = new_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=15, help="counted rounds (default 15)")
     ap.add_argument("--launches", type=int, default=20_000, help="launches per row per round (default 20000)")
     ap.add_argument("--warmup-rounds", type=int, default=1, help="uncounted rounds first (default 1)")
     ap.add_argument("--no-peers", action="store_true", help="skip cuda.bindings, cuda.core and CuPy")
     ap.add_argument("--no-params", action="store_true", help="skip the parameter-count table")
     ap.add_argument("--no-rotate", action="store_true", help="same row order every round")
-    ap.add_argument("--no-plot", action="store_true", help="do not write the PNG")
-    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help=f"default {RESULTS_DIR}")
-    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    add_output_args(ap)
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.launches < 1 or args.warmup_rounds < 0:
         ap.error("--rounds and --launches must be >= 1, --warmup-rounds >= 0")
@@ -563,35 +497,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import pycudadrv as cd
-
-    if not cd.is_available():
-        try:
-            cd.require()
-            why = "is_available() is False"
-        except Exception as e:  # noqa: BLE001 -- the reason, for the message
-            why = f"{type(e).__name__}: {e}"
-        print(f"launch_overhead: CUDA is not available, nothing to measure ({why})", file=sys.stderr)
+    bench = setup("launch_overhead", f"{args.rounds} rounds x {args.launches:,} launches")
+    if bench is None:
         return 2
-    try:
-        floor = build_c_floor()
-    except BenchSetupError as e:
-        print(f"launch_overhead: {e}", file=sys.stderr)
-        return 2
-
-    pdev = cd.Device(0)
-    pdev.set_current()
-    try:
-        floor.init()
-    except BenchSetupError as e:
-        print(f"launch_overhead: {e}", file=sys.stderr)
-        return 2
-    dv = cd.driver_version()
-    env = environment()
-    title = (f"{pdev.name}, driver CUDA {dv[0]}.{dv[1]}, pycudadrv {cd.__version__}; "
-             f"{args.rounds} rounds x {args.launches:,} launches")
-    log(f"launch_overhead: {title}")
-    log(f"  CPU {env['cpu']}; C floor built with: {floor.compiler_version}")
+    cd, floor, pdev, title = bench.cd, bench.floor, bench.pdev, bench.title
 
     # The kernel, its stream and buffers (shared by the C floor, pycudadrv and cuda.bindings).
     mod = cd.compile(KERNEL_SRC).load()
@@ -602,8 +511,7 @@ def main(argv=None) -> int:
     pdev.synchronize()  # the buffers were filled on the device's default stream
     check_c_floor(floor, fn, s, pdev, cd)
 
-    c_vals = (ctypes.c_void_p(a.ptr), ctypes.c_void_p(b.ptr), ctypes.c_int(0), ctypes.c_float(1.0))
-    c_params = ParamArray(*c_vals)
+    c_params = kernel_params(a.ptr, b.ptr, 0, 1.0)
     floor_row = c_floor_row(floor, FLOOR, fn, s, c_params, pdev)
 
     prepared = fn.bind(GRID, BLOCK, a, b, 0, 1.0, stream=s)
@@ -622,28 +530,10 @@ def main(argv=None) -> int:
         rows.append(Row(PREPARED_GIL, loop_gil_held(gil_held.launch, set_release_gil), s.synchronize))
 
     log("peers:")
-    peer_rows, peers = setup_peers(not args.no_peers, fn, s, c_params, a, b, pdev)
+    peer_rows, peers = peers_rows(not args.no_peers, fn, s, c_params, a, b, pdev)
     rows += peer_rows
-
-    streams_sync, seen = [], set()
-    for f in [s.synchronize] + [r.sync for r in peer_rows]:  # each stream once
-        key = id(getattr(f, "__self__", f))
-        if key not in seen:
-            seen.add(key)
-            streams_sync.append(f)
-
-    def sync_all():
-        for f in streams_sync:
-            f()
-        pdev.set_current()
-
-    try:  # profiling/tracing (PYCUDADRV_PROFILE / PYCUDADRV_TRACE) would add its cost to every pycudadrv row
-        from pycudadrv._launch import get_launch_hook
-        hook = get_launch_hook()
-    except ImportError:
-        hook = None
-    if hook is not None:
-        log(f"WARNING: a pycudadrv launch hook is installed ({hook!r}); the pycudadrv rows include its cost")
+    sync_all = sync_all_streams([s.synchronize] + [r.sync for r in peer_rows], pdev)
+    hook = launch_hook()
 
     sync_all()
     log(f"main benchmark: {len(rows) + 1} rows")
@@ -678,11 +568,7 @@ def main(argv=None) -> int:
     # Report.
     print(f"\n=== launch overhead: {title} ===")
     print_main_table(main_rep, order)
-    for name, info in peers.items():
-        if info["status"] != "ok":
-            print(f"{name}: {info['status']}")
-    for name, why in res.dropped.items():
-        print(f"{name}: dropped during the run ({why})")
+    print_skipped(peers, res.dropped)
     if params_rep:
         print_param_table(params_rep)
     passed = all(main_rep["rows"][n]["pass"] for n in TARGETS if n in main_rep["rows"])
@@ -690,21 +576,8 @@ def main(argv=None) -> int:
           + ", ".join(f"{n} <= {t:.2f}: {'PASS' if main_rep['rows'][n]['pass'] else 'FAIL'}"
                       for n, t in TARGETS.items() if n in main_rep["rows"]))
 
-    cc = pdev.compute_capability
-    try:
-        nvrtc = ".".join(map(str, cd.nvrtc_version()))
-    except Exception:  # noqa: BLE001
-        nvrtc = None
     data = {
-        "benchmark": "launch_overhead",
-        **env,
-        "device": {"name": pdev.name, "ordinal": pdev.ordinal, "compute_capability": list(cc),
-                   "arch": pdev.arch},
-        "driver_version": f"{dv[0]}.{dv[1]}",
-        "pycudadrv_version": cd.__version__,
-        "nvrtc_version": nvrtc,
-        "c_floor": {"compile": floor.compiler, "compiler": floor.compiler_version,
-                    "cuda_include": floor.include_dir},
+        **bench.report_header(),
         "config": {"rounds": args.rounds, "launches_per_round": args.launches,
                    "warmup_rounds": args.warmup_rounds, "rotate": not args.no_rotate,
                    "grid": GRID, "block": BLOCK, "n": 0, "kernel": KERNEL_SRC.strip(),
@@ -717,18 +590,8 @@ def main(argv=None) -> int:
         "main": main_rep,
         "params": {str(k): v for k, v in params_rep.items()},
     }
-    out_json = args.results_dir / "launch_overhead.json"
-    write_json(out_json, data)
-    print(f"\nwrote {out_json}")
-    if not args.no_plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("matplotlib not installed: no PNG")
-        else:
-            out_png = args.results_dir / "launch_overhead.png"
-            plot(out_png, main_rep, order, params_rep, title)
-            print(f"wrote {out_png}")
+    write_report(args.results_dir, "launch_overhead", data,
+                 None if args.no_plot else lambda path: plot(path, main_rep, order, params_rep, title))
     return 1 if (args.strict and not passed) else 0
 
 

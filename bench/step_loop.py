@@ -56,8 +56,6 @@ target is missed.
 """
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import sys
 from itertools import repeat
 from pathlib import Path
@@ -72,16 +70,24 @@ import numpy as np  # noqa: E402
 
 import particles  # noqa: E402
 from _common import (  # noqa: E402
-    RESULTS_DIR,
-    BenchSetupError,
     KernelSeq,
+    PeerSkipped,
     Row,
-    build_c_floor,
-    environment,
+    add_output_args,
+    cuda_core_peer,
+    launch_hook,
+    log,
+    new_parser,
     param_array_from_bytes,
+    print_skipped,
+    pyplot,
     run_interleaved,
+    save_figure,
+    setup,
+    setup_peers,
     summarize,
-    write_json,
+    sync_all_streams,
+    write_report,
 )
 
 C_GRAPH = "C graph replay (cuGraphLaunch loop)"
@@ -112,14 +118,6 @@ RATIOS = {
     "graph_over_cupy": (GRAPH, CUPY, "graph / CuPy steps/s", None, None),
     "prepared_over_cuda_core": (PREPARED, CORE, "prepared / cuda.core steps/s", None, None),
 }
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-class PeerSkipped(Exception):
-    pass
 
 
 # --------------------------------------------------------------------------- pycudadrv and C rows
@@ -253,23 +251,11 @@ def peer_cupy(sim, x0, v0, check_steps, expect):
 
 def peer_cuda_core(sim, x0, v0, check_steps, expect, pdev):
     """cuda.core: Program of the same source, launch(stream, LaunchConfig, kernel, *args)."""
-    try:
-        try:
-            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
-            modname = "cuda.core"
-        except ImportError:
-            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
-            modname = "cuda.core.experimental"
-        import cuda.core as cc_pkg
-        version = getattr(cc_pkg, "__version__", "?")
-    except ImportError as e:
-        raise PeerSkipped(f"not installed ({e})") from None
     import pycudadrv as cd
 
-    dev = Device(pdev.ordinal)
-    dev.set_current()
-    stream = dev.create_stream()
-    prog = Program(particles.SOURCE, code_type="c++", options=ProgramOptions(arch=pdev.arch))
+    core = cuda_core_peer(pdev)
+    dev, stream, launch = core.device, core.stream, core.launch
+    prog = core.Program(particles.SOURCE, code_type="c++", options=core.ProgramOptions(arch=pdev.arch))
     obj = prog.compile("cubin")
     kern = {name: obj.get_kernel(name) for name in (*particles.STEP_KERNELS, "force")}
     roles = _roles(sim)
@@ -293,7 +279,7 @@ def peer_cuda_core(sim, x0, v0, check_steps, expect, pdev):
     # pycudadrv views of the same memory, to load and read the state.
     views = {role: cd.asbuffer(_DeviceArray(ptrs[role], shape, dt)) for role, shape, dt in roles.values()}
     by_ptr = {ptr: bufs[role] for ptr, (role, _, _) in roles.items()}
-    calls = {name: (kern[name], LaunchConfig(grid=sim.grids[name], block=sim.block),
+    calls = {name: (kern[name], core.LaunchConfig(grid=sim.grids[name], block=sim.block),
                     _peer_args(sim, name, by_ptr, 0))
              for name in kern}
 
@@ -329,36 +315,21 @@ def peer_cuda_core(sim, x0, v0, check_steps, expect, pdev):
         return perf_counter_ns() - t0
 
     row = Row(CORE, run, stream.sync, essential=False, keep=(dev, prog, obj, kern, stream, bufs, owners, views))
-    return row, {"version": version, "module": modname, "buffers": buffers, "bit_identical_to_pycudadrv": same,
+    return row, {"version": core.version, "module": core.module, "buffers": buffers, "bit_identical_to_pycudadrv": same,
                  "rel_diff": diff}
 
 
-def setup_peers(enabled, sim, x0, v0, check_steps, expect, pdev):
-    rows, info = [], {}
-    for name, make in (("cupy", lambda: peer_cupy(sim, x0, v0, check_steps, expect)),
-                       ("cuda.core", lambda: peer_cuda_core(sim, x0, v0, check_steps, expect, pdev))):
-        if not enabled:
-            info[name] = {"status": "skipped: --no-peers"}
-            continue
-        try:
-            row, meta = make()
-        except PeerSkipped as e:
-            info[name] = {"status": f"skipped: {e}"}
-        except Exception as e:  # noqa: BLE001 -- any failure of an optional peer only skips it
-            info[name] = {"status": f"skipped: {type(e).__name__}: {e}"}
-        else:
-            rows.append(row)
-            info[name] = {"status": "ok", **meta}
-        finally:
-            pdev.set_current()  # the peers share the primary context; be sure it is current
-        st = info[name]
-        extra = ""
-        if st["status"] == "ok":
-            extra = (f" ({st.get('version')}); after {check_steps} steps "
-                     + ("bit-identical to pycudadrv" if st["bit_identical_to_pycudadrv"]
-                        else f"differs from pycudadrv by {st['rel_diff']:.1e} (relative)"))
-        log(f"  {name}: {st['status']}{extra}")
-    return rows, info
+def peers_rows(enabled, sim, x0, v0, check_steps, expect, pdev):
+    """The rows of every peer that is installed and works, and every peer's status."""
+    def detail(st):
+        return (f" ({st.get('version')}); after {check_steps} steps "
+                + ("bit-identical to pycudadrv" if st["bit_identical_to_pycudadrv"]
+                   else f"differs from pycudadrv by {st['rel_diff']:.1e} (relative)"))
+
+    rows, info = setup_peers((("cupy", lambda: peer_cupy(sim, x0, v0, check_steps, expect)),
+                              ("cuda.core", lambda: peer_cuda_core(sim, x0, v0, check_steps, expect, pdev))),
+                             enabled, pdev, detail)
+    return list(rows.values()), info
 
 
 # --------------------------------------------------------------------------- one size
@@ -409,20 +380,9 @@ def bench_size(n, steps, args, floor, pdev):
 
         floor_row, c_launch_row = c_rows(floor, sim, seq, graph_exec, k, pdev)
         rows = [way_row(sim, name, way, k) for name, way in WAY_ROWS.items()] + [c_launch_row]
-        peer_rows, peers = setup_peers(not args.no_peers, sim, x0, v0, 2 * k, expect, pdev)
+        peer_rows, peers = peers_rows(not args.no_peers, sim, x0, v0, 2 * k, expect, pdev)
         rows += peer_rows
-
-        syncs, seen = [], set()
-        for f in [sim.stream.synchronize] + [r.sync for r in peer_rows]:
-            key = id(getattr(f, "__self__", f))
-            if key not in seen:
-                seen.add(key)
-                syncs.append(f)
-
-        def sync_all():
-            for f in syncs:
-                f()
-            pdev.set_current()
+        sync_all = sync_all_streams([sim.stream.synchronize] + [r.sync for r in peer_rows], pdev)
 
         sim.reset(x0, v0)
         sync_all()
@@ -505,11 +465,7 @@ def print_size(rep, rounds):
         rel = summarize(r["time_over_c_graph"])
         print(f"{name:<{w}}{sps:>12,.0f}{us:>10.2f}{us / len(particles.STEP_KERNELS):>11.2f}"
               f"{rel['median']:>14.3f}{rel['min']:>8.3f}{rel['max']:>8.3f}")
-    for name, info in rep["peers"].items():
-        if info["status"] != "ok":
-            print(f"{name}: {info['status']}")
-    for name, why in rep["dropped_rows"].items():
-        print(f"{name}: dropped during the run ({why})")
+    print_skipped(rep["peers"], rep["dropped_rows"])
     print("ratios (median over rounds of same-round ratios):")
     for key, r in rep["ratios"].items():
         if not r["available"]:
@@ -540,11 +496,7 @@ def evaluate_targets(reports):
 
 
 def plot(path, reports, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(reports), figsize=(7.5 * len(reports), 5.2), squeeze=False)
     for ax, rep in zip(axes[0], reports):
         names = [r for r in ROW_ORDER if r in rep["rows"]]
@@ -571,18 +523,13 @@ def plot(path, reports, title):
                 lines.append(f"{r['description']}: {r['summary']['median']:.2f}x ({r['target']}){verdict}")
         kind = "launch-bound" if rep["launch_bound"] else "compute-bound"
         ax.set_title(f"N = {rep['n']:,} ({kind})\n" + "\n".join(lines), fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, title, fontsize=10)
 
 
 # --------------------------------------------------------------------------- main
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = new_parser(__doc__)
     ap.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
                     help="comma-separated body counts (default 1024,1048576)")
     ap.add_argument("--rounds", type=int, default=7, help="counted rounds (default 7)")
@@ -592,9 +539,7 @@ def parse_args(argv=None):
                          f"N={LAUNCH_BOUND_MAX}, {DEFAULT_STEPS_LARGE} above)")
     ap.add_argument("--k", type=int, default=100, help="steps per captured graph (default 100)")
     ap.add_argument("--no-peers", action="store_true", help="skip CuPy and cuda.core")
-    ap.add_argument("--no-plot", action="store_true", help="do not write the PNG")
-    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help=f"default {RESULTS_DIR}")
-    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    add_output_args(ap)
     args = ap.parse_args(argv)
     try:
         args.sizes = [int(s) for s in str(args.sizes).replace(" ", "").split(",") if s]
@@ -614,44 +559,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import pycudadrv as cd
-
-    if not cd.is_available():
-        try:
-            cd.require()
-            why = "is_available() is False"
-        except Exception as e:  # noqa: BLE001 -- the reason, for the message
-            why = f"{type(e).__name__}: {e}"
-        print(f"step_loop: CUDA is not available, nothing to measure ({why})", file=sys.stderr)
+    bench = setup("step_loop", f"{args.rounds} rounds", title_prefix="particles step loop: ",
+                  check_built=lambda floor: None if floor.has_seq and floor.has_graph_capture
+                  else f"{floor.path} lacks floor_graph_capture_seq/floor_launch_seq_loop")
+    if bench is None:
         return 2
-    try:
-        floor = build_c_floor()
-    except BenchSetupError as e:
-        print(f"step_loop: {e}", file=sys.stderr)
-        return 2
-    if not floor.has_seq or not floor.has_graph_capture:
-        print(f"step_loop: {floor.path} lacks floor_graph_capture_seq/floor_launch_seq_loop", file=sys.stderr)
-        return 2
-    pdev = cd.Device(0)
-    pdev.set_current()
-    try:
-        floor.init()
-    except BenchSetupError as e:
-        print(f"step_loop: {e}", file=sys.stderr)
-        return 2
-    dv = cd.driver_version()
-    env = environment()
-    title = (f"particles step loop: {pdev.name}, driver CUDA {dv[0]}.{dv[1]}, pycudadrv {cd.__version__}; "
-             f"{args.rounds} rounds")
-    log(f"step_loop: {title}")
-    log(f"  CPU {env['cpu']}; C floor built with: {floor.compiler_version}")
-    try:
-        from pycudadrv._launch import get_launch_hook
-        hook = get_launch_hook()
-    except ImportError:
-        hook = None
-    if hook is not None:
-        log(f"WARNING: a pycudadrv launch hook is installed ({hook!r}); the pycudadrv rows include its cost")
+    floor, pdev, title = bench.floor, bench.pdev, bench.title
+    hook = launch_hook()
 
     reports = []
     for n in args.sizes:
@@ -671,19 +585,8 @@ def main(argv=None) -> int:
     else:
         print(f"\nno launch-bound size (N <= {LAUNCH_BOUND_MAX:,}) measured: targets not evaluated")
 
-    cc = pdev.compute_capability
-    try:
-        nvrtc = ".".join(map(str, cd.nvrtc_version()))
-    except Exception:  # noqa: BLE001
-        nvrtc = None
     data = {
-        "benchmark": "step_loop",
-        **env,
-        "device": {"name": pdev.name, "ordinal": pdev.ordinal, "compute_capability": list(cc), "arch": pdev.arch},
-        "driver_version": f"{dv[0]}.{dv[1]}",
-        "pycudadrv_version": cd.__version__,
-        "nvrtc_version": nvrtc,
-        "c_floor": {"compile": floor.compiler, "compiler": floor.compiler_version, "cuda_include": floor.include_dir},
+        **bench.report_header(),
         "config": {"sizes": args.sizes, "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
                    "steps_per_graph": args.k, "block": particles.BLOCK, "kernels_per_step": list(particles.STEP_KERNELS),
                    "params": particles.physical_params(), "timed_region": "steps + stream synchronize"},
@@ -694,16 +597,8 @@ def main(argv=None) -> int:
         "launch_hook": None if hook is None else repr(hook),
         "sizes": {str(rep["n"]): rep for rep in reports},
     }
-    out_json = args.results_dir / "step_loop.json"
-    write_json(out_json, data)
-    print(f"\nwrote {out_json}")
-    if not args.no_plot:
-        if importlib.util.find_spec("matplotlib") is None:
-            print("matplotlib not installed: no PNG")
-        else:
-            out_png = args.results_dir / "step_loop.png"
-            plot(out_png, reports, title)
-            print(f"wrote {out_png}")
+    write_report(args.results_dir, "step_loop", data,
+                 None if args.no_plot else lambda path: plot(path, reports, title))
     return 1 if (args.strict and passed is False) else 0
 
 
