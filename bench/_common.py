@@ -182,6 +182,18 @@ class CFloor:
         p = None if params is None else params.address
         return self._check(self.lib.floor_launch_loop(func, stream, p, iters), "cuLaunchKernel loop")
 
+    def timed_launch_loop(self, func: int, stream: int, params: ParamArray, start_events: list,
+                          end_events: list, iters: int) -> int:
+        """ns for ``iters`` x (event record, launch, event record) in C, cycling over the event pairs."""
+        n = len(start_events)
+        starts = (ctypes.c_void_p * n)(*start_events)
+        ends = (ctypes.c_void_p * n)(*end_events)
+        fn = self.lib.floor_timed_launch_loop
+        fn.restype = ctypes.c_double
+        fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int, ctypes.c_int]
+        return self._check(fn(func, stream, params.address, ctypes.addressof(starts), ctypes.addressof(ends),
+                              n, iters), "floor_timed_launch_loop")
+
     def launch_loop_dims(self, func: int, grid_x: int, block_x: int, shared_mem_bytes: int, stream: int,
                          params: ParamArray | None, iters: int) -> int:
         p = None if params is None else params.address

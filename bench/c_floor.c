@@ -20,6 +20,8 @@
  *   int         floor_init(const char* libcuda_path);   0, or an error code
  *   const char* floor_init_error(void);                 text for that code
  *   double      floor_launch_loop(void* func, void* stream, void** params, int iters);
+ *   double      floor_timed_launch_loop(void* func, void* stream, void** params, void** start_events,
+ *                                       void** end_events, int n_events, int iters);
  *   double      floor_launch_loop_dims(void* func, unsigned int grid_x, unsigned int block_x,
  *                                      unsigned int shared_mem_bytes, void* stream,
  *                                      void** params, int iters);
@@ -63,6 +65,7 @@ typedef CUresult (*graph_destroy_t)(CUgraph);
 typedef CUresult (*graph_get_nodes_t)(CUgraph, CUgraphNode *, size_t *);
 typedef CUresult (*graph_upload_t)(CUgraphExec, CUstream);
 typedef CUresult (*stream_synchronize_t)(CUstream);
+typedef CUresult (*event_record_t)(CUevent, CUstream);
 typedef CUresult (*get_proc_address_t)(const char *, void **, int, cuuint64_t,
                                        CUdriverProcAddressQueryResult *);
 
@@ -77,6 +80,7 @@ static graph_destroy_t p_graph_destroy = NULL;
 static graph_get_nodes_t p_graph_get_nodes = NULL;
 static graph_upload_t p_graph_upload = NULL;
 static stream_synchronize_t p_stream_synchronize = NULL;
+static event_record_t p_event_record = NULL;
 static char init_error[512] = "floor_init() has not been called";
 
 /* Error codes of floor_init() besides a CUresult from cuGetProcAddress. */
@@ -156,6 +160,7 @@ int floor_init(const char *libcuda_path) {
     FLOOR_OPTIONAL(p_graph_destroy, graph_destroy_t, "cuGraphDestroy", 10000);
     FLOOR_OPTIONAL(p_graph_get_nodes, graph_get_nodes_t, "cuGraphGetNodes", 10000);
     FLOOR_OPTIONAL(p_graph_upload, graph_upload_t, "cuGraphUpload", 11010);
+    FLOOR_OPTIONAL(p_event_record, event_record_t, "cuEventRecord", 2000);
     FLOOR_OPTIONAL(p_stream_synchronize, stream_synchronize_t, "cuStreamSynchronize", 2000);
 #undef FLOOR_OPTIONAL
     snprintf(init_error, sizeof init_error, "ok");
@@ -187,6 +192,34 @@ double floor_launch_loop_dims(void *func, unsigned int grid_x, unsigned int bloc
         CUresult r = launch(f, grid_x, 1, 1, block_x, 1, 1, shared_mem_bytes, s, params, NULL);
         if (r != CUDA_SUCCESS)
             return -(double)r;
+    }
+    t1 = now_s();
+    return t1 - t0;
+}
+
+/* The C floor of a timed pass: `iters` x (cuEventRecord(start[k]), cuLaunchKernel, cuEventRecord(end[k]))
+ * with k cycling over `n_events` event pairs; grid 1, block 32. Seconds, or -(CUresult). */
+double floor_timed_launch_loop(void *func, void *stream, void **params, void **start_events,
+                               void **end_events, int n_events, int iters) {
+    const launch_kernel_t launch = p_launch_kernel;
+    const event_record_t record = p_event_record;
+    const CUfunction f = (CUfunction)func;
+    const CUstream s = (CUstream)stream;
+    double t0, t1;
+    int i, k = 0;
+    CUresult r;
+    if (launch == NULL || record == NULL || n_events <= 0)
+        return -(double)CUDA_ERROR_NOT_SUPPORTED;
+    t0 = now_s();
+    for (i = 0; i < iters; ++i) {
+        if ((r = record((CUevent)start_events[k], s)) != CUDA_SUCCESS)
+            return -(double)r;
+        if ((r = launch(f, 1, 1, 1, 32, 1, 1, 0, s, params, NULL)) != CUDA_SUCCESS)
+            return -(double)r;
+        if ((r = record((CUevent)end_events[k], s)) != CUDA_SUCCESS)
+            return -(double)r;
+        if (++k == n_events)
+            k = 0;
     }
     t1 = now_s();
     return t1 - t0;

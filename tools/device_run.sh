@@ -32,7 +32,7 @@ for w in $what; do
     main|all)
       python3 -m pycudadrv 2>&1 | tee "$OUT/main.log"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;&
     bench|all)
-      for b in bench/launch_overhead.py bench/graph_replay.py bench/step_loop.py; do
+      for b in bench/launch_overhead.py bench/graph_replay.py bench/step_loop.py bench/timestamps_cost.py; do
         [ -f "$b" ] && { python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).log" | tail -30; }
       done
       cp bench/results/*.json bench/results/*.png "$OUT/" 2>/dev/null || true ;;

@@ -60,10 +60,14 @@ class Timestamps:
 
     pass_ = measure
 
+    def _last_done(self) -> bool:
+        # Every pass is on one stream, so they finish in order: the last end event decides.
+        return not self._pending or self._pending[-1][2].query()
+
     @property
     def is_idle(self) -> bool:
         """True when no pass is open and every recorded pass has finished on the GPU."""
-        return self._open == 0 and all(e[2] is not None and e[2].query() for e in self._pending)
+        return self._open == 0 and self._last_done()
 
     def _collect(self):
         out = [(label, Event.elapsed_ms(start, end)) for label, start, end in self._pending]
@@ -76,7 +80,7 @@ class Timestamps:
         """Non-blocking: ``None`` while any pass is open or still running on
         the GPU (``cuEventQuery``), else the list of ``(label, milliseconds)``
         in order, and the passes are cleared."""
-        if self._open or not all(e[2] is not None and e[2].query() for e in self._pending):
+        if self._open or not self._last_done():
             return None
         return self._collect()
 
