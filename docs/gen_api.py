@@ -43,7 +43,7 @@ SECTIONS = [
     ("Shader-style dispatch (pycudadrv.dispatch)", "pycudadrv.dispatch", dispatch.__all__),
 ]
 # Public functions of the compiled modules that pycudadrv/__init__.py does not re-export.
-EXTRA = {"pycudadrv._launch": ["set_release_gil", "get_release_gil"], "pycudadrv.nvrtc": ["default_include_dirs"]}
+EXTRA = {"pycudadrv.nvrtc": ["default_include_dirs"]}
 CONSTANTS = {
     "HEADER_CUDA_VERSION": "CUDA version of the `cuda.h` this build was compiled against (1000*major + 10*minor).",
     "MIN_DRIVER_VERSION": "Oldest driver pycudadrv runs on, as a CUDA version (1000*major + 10*minor).",
@@ -123,7 +123,11 @@ def stub_info(module_name):
                 elif item.name in ("__new__", "__init__"):
                     args = item.args
                     args.args = args.args[1:]  # drop cls / self
-                    members["__new__"] = ("new", f"{node.name}({text(args)})")
+                    if not args.args and not args.kwonlyargs and args.vararg and args.kwarg:
+                        # (*args, **kwargs): the runtime constructor only raises TypeError
+                        members["__new__"] = ("refused", None)
+                    else:
+                        members["__new__"] = ("new", f"{node.name}({text(args)})")
                 elif "overload" in decos or item.name in members:
                     members[item.name] = ("method", None, None)
                 else:
@@ -233,7 +237,14 @@ def render_class(cls, stubs):
     info = stubs.get(cls.__name__, {})
     bases = [b.__name__ for b in cls.__bases__ if b is not object]
     out = [f"### class `{qual}`" + (f" ({', '.join(bases)})" if bases else ""), ""]
-    if "__new__" in info:
+    if "__new__" in info and info["__new__"][0] == "refused":
+        try:
+            cls()
+            why = ""
+        except TypeError as e:
+            why = f' ("{e}")'
+        out += [f"*Not constructed directly: `{cls.__name__}(...)` raises `TypeError`{why}.*", ""]
+    elif "__new__" in info:
         out += ["```python", info["__new__"][1], "```", ""]
     elif not issubclass(cls, BaseException) and cls.__init__ is not object.__init__:
         out += ["```python", f"{cls.__name__}{signature(cls)}", "```", ""]
@@ -312,7 +323,7 @@ def main():
             body += [f"## {title}", ""]
             if mod.__doc__:
                 body += [to_markdown(mod.__doc__.split("\n\n")[0]), ""]
-        names = list(names) + EXTRA.get(modname, [])
+        names = list(names) + [n for n in EXTRA.get(modname, []) if n not in names]
         stubs = stub_info(modname)
         classes = [n for n in names if inspect.isclass(getattr(mod, n))]
         funcs = [n for n in names if callable(getattr(mod, n)) and n not in classes]

@@ -1,6 +1,7 @@
 """Devices and their primary contexts."""
-from typing import Literal
+from typing import Any, Literal
 
+import numpy as np
 from typing_extensions import Self, disjoint_base
 
 from pycudadrv._stream import Stream
@@ -15,7 +16,8 @@ class Device:
 
     #: Per-device ``CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK`` (read at creation).
     max_threads_per_block: int
-    def __new__(cls, ordinal: int = 0) -> Self: ...
+    # ``ordinal``: an int or a numpy integer (a bool or a float is a TypeError).
+    def __new__(cls, ordinal: int | np.integer[Any] = 0) -> Self: ...
     @property
     def ordinal(self) -> int: ...
     @property

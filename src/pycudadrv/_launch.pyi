@@ -82,6 +82,8 @@ class LaunchConfig:
 class Function:
     """A kernel entry point of a loaded Module (``cuModuleGetFunction``)."""
 
+    # Always raises TypeError: objects come from ``Module.function(name)``.
+    def __init__(self, *args: object, **kwargs: object) -> None: ...
     @property
     def name(self) -> str: ...
     @property

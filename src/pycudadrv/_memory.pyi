@@ -31,6 +31,8 @@ class Buffer:
     dtype: np.dtype[Any] | None
     #: Element shape (None when ``dtype`` is None).
     shape: tuple[int, ...] | None
+    # Always raises TypeError: objects come from ``Buffer.empty``/``zeros``/``from_numpy`` or ``asbuffer``.
+    def __init__(self, *args: object, **kwargs: object) -> None: ...
     @property
     def device(self) -> Device: ...
     @staticmethod
@@ -134,6 +136,8 @@ class HostBuffer:
 
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
+    # Always raises TypeError: objects come from ``HostBuffer.empty``.
+    def __init__(self, *args: object, **kwargs: object) -> None: ...
     @property
     def device(self) -> Device: ...
     @staticmethod

@@ -16,7 +16,7 @@ ELF_MAGIC: Final[bytes]
 FATBIN_MAGIC: Final[bytes]
 LOG_BYTES: Final[int]
 
-def image_kind(image: bytes | bytearray | memoryview) -> _ImageKind: ...
+def image_kind(image: str | bytes | bytearray | memoryview) -> _ImageKind: ...
 def load_module(
     image: ReadableBuffer | str | ObjectCode,
     *,
@@ -32,6 +32,8 @@ class Module:
 
     #: Name expression -> lowered (mangled) name, from ``compile(..., name_expressions=...)``.
     lowered_names: dict[str, str]
+    # Always raises TypeError: objects come from ``load_module`` or ``compile(...).load()``.
+    def __init__(self, *args: object, **kwargs: object) -> None: ...
     @property
     def device(self) -> Device: ...
     @property

@@ -141,7 +141,10 @@ _INT_SPELLINGS = {
     ("long", "long", "signed"): "long long", ("int", "long", "long", "signed"): "long long",
     ("int", "long", "long", "unsigned"): "unsigned long long", ("char", "signed"): "signed char",
     ("int", "unsigned"): "unsigned int", ("unsigned",): "unsigned int",
+    ("char", "unsigned"): "unsigned char", ("short", "unsigned"): "unsigned short",
+    ("long", "unsigned"): "unsigned long", ("long", "long", "unsigned"): "unsigned long long",
 }
+_TYPE_WORDS = {"int", "char", "short", "long", "signed", "unsigned", "float", "double", "bool", "half", "void"}
 
 
 def _c_type(text):
@@ -158,10 +161,12 @@ def _c_type(text):
             raise ValueError(f"cannot parse parameter {text!r}")
         return (POINTER, 8, 8)
     words = [w for w in words if w not in _QUALIFIERS]
+    if "double" in words and "long" in words:
+        raise ValueError(f"long double parameter {text!r} is not supported by CUDA kernels")
     for drop_name in (False, True):  # 'float x' -> 'float'
-        ws = words[:-1] if drop_name and len(words) > 1 else words
-        if drop_name and len(words) <= 1:
+        if drop_name and (len(words) <= 1 or words[-1] in _TYPE_WORDS):
             break
+        ws = words[:-1] if drop_name else words
         key = " ".join(ws)
         if key in _C_TYPES:
             v = _C_TYPES[key]

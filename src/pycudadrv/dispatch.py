@@ -168,7 +168,7 @@ class Dispatch:
                 return
             if indirect.nbytes < 12:
                 raise ValueError(f"indirect buffer must hold three u32 counts (12 bytes), has {indirect.nbytes}")
-            if os.environ.get("PYCUDADRV_INDIRECT_SYNC", "0") not in ("", "0"):
+            if os.environ.get("PYCUDADRV_INDIRECT_SYNC", "").strip().lower() not in ("", "0", "false", "no", "off"):
                 raw = indirect.read(nbytes=12, stream=self._pass.encoder.stream)
                 counts = np.frombuffer(raw.tobytes(), dtype=np.uint32)
                 g = tuple(int(c) for c in counts)

@@ -222,8 +222,8 @@ class ObjectCode:
 # --- on-disk compile cache ----------------------------------------------------------------
 #
 # One file per compilation, named by the SHA-256 of everything that determines NVRTC's
-# output: source, in-memory headers, options (the -I paths included), name expressions,
-# target, architecture and NVRTC version. Headers that NVRTC reads from include paths on
+# output: source, its name (it appears in __FILE__ and line info), in-memory headers,
+# options (the -I paths included), name expressions, target, architecture and NVRTC version. Headers that NVRTC reads from include paths on
 # disk are not hashed: change one and clear the cache (or set PYCUDADRV_CACHE=0).
 # File layout: MAGIC | sha256(body) (32 bytes) | body, where body = u32 length of a JSON
 # header | JSON | image bytes. Files are written to a temporary name and renamed, so a
@@ -371,8 +371,8 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
     use_cache : bool
         Look the result up in (and store it into) the on-disk compile cache
         (:func:`cache_dir`; ``PYCUDADRV_CACHE=0`` disables it everywhere).
-        The key is a SHA-256 of source, headers, options, name expressions,
-        target, arch and NVRTC version; a corrupt entry is recompiled.
+        The key is a SHA-256 of source, name, headers, options, name
+        expressions, target, arch and NVRTC version; a corrupt entry is recompiled.
 
     Returns
     -------
