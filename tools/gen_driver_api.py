@@ -56,6 +56,7 @@ ENTRY_POINTS = [
     ("cuMemGetInfo", True),
     ("cuDeviceGetDefaultMemPool", True),
     ("cuMemPoolSetAttribute", True),
+    ("cuMemPoolSetAccess", True),
     ("cuMemcpyHtoD", True),
     ("cuMemcpyDtoH", True),
     ("cuMemcpyHtoDAsync", True),

@@ -7,7 +7,7 @@
 
 #define PYCUDADRV_HEADER_CUDA_VERSION 13000
 #define PYCUDADRV_MIN_DRIVER_VERSION 12000
-#define PYCUDADRV_N_ENTRY_POINTS 69
+#define PYCUDADRV_N_ENTRY_POINTS 70
 #define PYCUDADRV_MAX_ABI_VARIANTS 4
 
 typedef struct pycudadrv_driver_api {
@@ -46,6 +46,7 @@ typedef struct pycudadrv_driver_api {
     PFN_cuMemGetInfo_v3020 p_cuMemGetInfo;
     PFN_cuDeviceGetDefaultMemPool_v11020 p_cuDeviceGetDefaultMemPool;
     PFN_cuMemPoolSetAttribute_v11020 p_cuMemPoolSetAttribute;
+    PFN_cuMemPoolSetAccess_v11020 p_cuMemPoolSetAccess;
     PFN_cuMemcpyHtoD_v3020 p_cuMemcpyHtoD;
     PFN_cuMemcpyDtoH_v3020 p_cuMemcpyDtoH;
     PFN_cuMemcpyHtoDAsync_v3020 p_cuMemcpyHtoDAsync;
@@ -125,6 +126,7 @@ static const pycudadrv_entry_point pycudadrv_entry_points[PYCUDADRV_N_ENTRY_POIN
     {"cuMemGetInfo", offsetof(pycudadrv_driver_api, p_cuMemGetInfo), 1, {3020, 0}},
     {"cuDeviceGetDefaultMemPool", offsetof(pycudadrv_driver_api, p_cuDeviceGetDefaultMemPool), 1, {11020, 0}},
     {"cuMemPoolSetAttribute", offsetof(pycudadrv_driver_api, p_cuMemPoolSetAttribute), 1, {11020, 0}},
+    {"cuMemPoolSetAccess", offsetof(pycudadrv_driver_api, p_cuMemPoolSetAccess), 1, {11020, 0}},
     {"cuMemcpyHtoD", offsetof(pycudadrv_driver_api, p_cuMemcpyHtoD), 1, {3020, 0}},
     {"cuMemcpyDtoH", offsetof(pycudadrv_driver_api, p_cuMemcpyDtoH), 1, {3020, 0}},
     {"cuMemcpyHtoDAsync", offsetof(pycudadrv_driver_api, p_cuMemcpyHtoDAsync), 1, {3020, 0}},

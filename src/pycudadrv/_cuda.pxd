@@ -43,6 +43,17 @@ cdef extern from "cuda.h" nogil:
         void **extra
         CUkernel kern
         CUcontext ctx
+    ctypedef int CUmemLocationType
+    ctypedef int CUmemAccess_flags
+    ctypedef struct CUmemLocation_v1:
+        CUmemLocationType type
+        int id
+    ctypedef struct CUmemAccessDesc_v1:
+        CUmemLocation_v1 location
+        CUmemAccess_flags flags
+    enum:
+        CU_MEM_LOCATION_TYPE_DEVICE
+        CU_MEM_ACCESS_FLAGS_PROT_READWRITE
     ctypedef struct CUmemPoolHandle_st
     ctypedef CUmemPoolHandle_st* CUmemoryPool
     ctypedef int CUmemPool_attribute

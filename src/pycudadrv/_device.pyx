@@ -210,7 +210,8 @@ cdef class Device:
 
     def enable_peer_access(self, Device peer not None):
         """Let kernels on this device read and write ``peer``'s memory
-        (``cuCtxEnablePeerAccess``). Idempotent.
+        (``cuCtxEnablePeerAccess``, and ``cuMemPoolSetAccess`` on the peer's
+        default memory pool, where stream-ordered Buffers live). Idempotent.
 
         Raises ValueError if the devices cannot access each other."""
         if peer.ordinal == self.ordinal:
@@ -218,9 +219,19 @@ cdef class Device:
         if not self.can_access_peer(peer):
             raise ValueError(f"device {self.ordinal} cannot access device {peer.ordinal}'s memory (no P2P path)")
         self.activate()
-        cdef CUresult r = driver().p_cuCtxEnablePeerAccess(peer.context, 0)
+        cdef pycudadrv_driver_api* d = driver()
+        cdef CUresult r = d.p_cuCtxEnablePeerAccess(peer.context, 0)
         if r != CUDA_SUCCESS and r != 704:  # CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
             check(r, "cuCtxEnablePeerAccess")
+        # Stream-ordered allocations (Buffer's default) live in the peer's memory pool, whose
+        # access is granted per pool, not by cuCtxEnablePeerAccess.
+        cdef CUmemoryPool pool = NULL
+        cdef CUmemAccessDesc_v1 desc
+        check(d.p_cuDeviceGetDefaultMemPool(&pool, peer.handle), "cuDeviceGetDefaultMemPool")
+        desc.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+        desc.location.id = self.ordinal
+        desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        check(d.p_cuMemPoolSetAccess(pool, &desc, 1), "cuMemPoolSetAccess")
         _peer_enabled.add((self.ordinal, peer.ordinal))
 
     def peer_access_enabled(self, Device peer not None):

@@ -43,6 +43,7 @@ cdef extern from "pycudadrv/driver_api.h" nogil:
         CUresult (*p_cuMemGetInfo)(size_t *free, size_t *total) noexcept nogil
         CUresult (*p_cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice_v1 dev) noexcept nogil
         CUresult (*p_cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value) noexcept nogil
+        CUresult (*p_cuMemPoolSetAccess)(CUmemoryPool pool, const CUmemAccessDesc_v1 *map, size_t count) noexcept nogil
         CUresult (*p_cuMemcpyHtoD)(CUdeviceptr_v2 dstDevice, const void *srcHost, size_t ByteCount) noexcept nogil
         CUresult (*p_cuMemcpyDtoH)(void *dstHost, CUdeviceptr_v2 srcDevice, size_t ByteCount) noexcept nogil
         CUresult (*p_cuMemcpyHtoDAsync)(CUdeviceptr_v2 dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) noexcept nogil
