@@ -16,6 +16,12 @@ def _gpu_skip_reason():
     return None
 
 
+def pytest_configure(config):
+    # Also registered in pyproject.toml; here too so the tests run outside the source tree
+    # (CI runs a copy of them against the installed wheel).
+    config.addinivalue_line("markers", "gpu: needs a usable CUDA device (skipped with the reason when there is none)")
+
+
 def pytest_collection_modifyitems(config, items):
     reason = None
     if any("gpu" in item.keywords for item in items):
