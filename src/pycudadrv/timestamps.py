@@ -34,7 +34,7 @@ class Timestamps:
 
             stream = get_current_device().default_stream
         self.stream = stream
-        self._pending: list[tuple[str, Event, Event]] = []
+        self._pending: list[list] = []  # [label, start Event, end Event or None while open]
         self._pool: list[Event] = []
         self._open = 0
 
