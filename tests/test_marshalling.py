@@ -180,6 +180,12 @@ def test_a_bogus_cuda_array_interface_is_a_type_error_not_a_crash(cai):
         cd.pack_arguments("float*", [_FakeCAI(cai)])
 
 
+@pytest.mark.parametrize("cai", [{"data": ()}, {"data": ("1", False)}, {"data": (-1, False)}, {}])
+def test_asbuffer_refuses_a_bogus_cuda_array_interface_before_any_driver_call(cai):
+    with pytest.raises(TypeError, match="asbuffer: _FakeCAI"):
+        cd.asbuffer(_FakeCAI(cai))
+
+
 def test_a_valid_cuda_array_interface_gives_its_pointer():
     assert pack("float*", _FakeCAI({"data": (0x1000, False)})) == [struct.pack("<Q", 0x1000)]
 

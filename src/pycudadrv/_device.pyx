@@ -236,7 +236,7 @@ cdef class Device:
 
     def peer_access_enabled(self, Device peer not None):
         """Whether :meth:`enable_peer_access` was called for ``peer`` (or it is this device)."""
-        return peer.ordinal == self.ordinal or (self.ordinal, peer.ordinal) in _peer_enabled
+        return peer_enabled(self.ordinal, peer.ordinal)
 
     @property
     def default_stream(self):

@@ -7,9 +7,9 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._stream cimport Stream, resolve_stream, active_captures
-from pycudadrv._launch cimport (Function, ParamSpec, pack_arg_into, infer_param, pycudadrv_arena,
-                                pycudadrv_arena_init, pycudadrv_arena_release, pycudadrv_arena_push,
-                                pycudadrv_arena_finish)
+from libc.stdlib cimport free
+from pycudadrv._launch cimport (Function, ParamSpec, marshal, infer_layout, launch_releases_gil,
+                                pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release)
 
 import threading
 from pycudadrv._launch import NotSupportedError
@@ -19,13 +19,7 @@ cdef dict _MODES = {"global": CU_STREAM_CAPTURE_MODE_GLOBAL,
                     "relaxed": CU_STREAM_CAPTURE_MODE_RELAXED}
 
 
-cdef bint _release_gil = False
 cdef pycudadrv_driver_api* _d = NULL
-
-
-def _set_release_gil(bint flag):
-    global _release_gil
-    _release_gil = flag
 
 
 class GraphUpdateError(RuntimeError):
@@ -176,7 +170,7 @@ cdef class CapturedGraph:
         if s.closed:
             s.ensure_open()
         s.device.activate()
-        if _release_gil:
+        if launch_releases_gil():
             with nogil:
                 r = d.p_cuGraphLaunch(self.exec_, s.handle)
         else:
@@ -234,31 +228,20 @@ cdef class CapturedGraph:
         if len(args) != len(old):
             raise TypeError(f"kernel '{fn.name}' was captured with {len(old)} arguments, {len(args)} given")
         cdef pycudadrv_arena arena
-        cdef ParamSpec spec
-        cdef ParamSpec* p
-        cdef unsigned char* dst
-        cdef Py_ssize_t k
+        cdef ParamSpec* specs = fn.params
+        cdef ParamSpec* inferred = NULL
         cdef CUDA_KERNEL_NODE_PARAMS_v2 params
         cdef CUresult r
         pycudadrv_arena_init(&arena)
         try:
-            for k in range(len(args)):
-                if fn.n_params >= 0:
-                    p = &fn.params[k]
-                else:
-                    kind, size = infer_param(old[k], fn, k)
-                    spec.kind, spec.size, spec.offset = kind, size, 0
-                    p = &spec
-                dst = pycudadrv_arena_push(&arena, p.size)
-                if dst == NULL:
-                    raise MemoryError()
-                pack_arg_into(args[k], fn, k, p, dst)
+            if fn.n_params < 0:  # sizes of the captured arguments; the new ones must match them
+                specs = inferred = infer_layout(fn, old)
             memset(&params, 0, sizeof(params))
             params.func = fn.handle
             params.gridDimX, params.gridDimY, params.gridDimZ = grid
             params.blockDimX, params.blockDimY, params.blockDimZ = block
             params.sharedMemBytes = shmem
-            params.kernelParams = pycudadrv_arena_finish(&arena)
+            params.kernelParams = marshal(&arena, fn, args, specs)
             self.stream.device.activate()
             r = driver().p_cuGraphExecKernelNodeSetParams(self.exec_, <CUgraphNode><uintptr_t>node, &params)
             if r != CUDA_SUCCESS:
@@ -267,6 +250,7 @@ cdef class CapturedGraph:
                 raise GraphUpdateError(f"the driver refused the update: {err}")
         finally:
             pycudadrv_arena_release(&arena)
+            free(inferred)
         self._held.extend(args)
         self._kernels[index] = (node, fn, grid, block, shmem, tuple(args))
 

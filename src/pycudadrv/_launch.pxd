@@ -60,9 +60,14 @@ cdef class PreparedLaunch:
 
     cdef int _launch(self) except -1
 
-# Marshal one argument for parameter `p` into `dst` (>= p.size bytes, zeroed); raises TypeError.
-cdef int pack_arg_into(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1
-cdef object infer_param(object a, Function fn, Py_ssize_t i)
+# Marshal every argument for its parameter specs[i] into a freshly initialised arena;
+# returns the void* array for cuLaunchKernel. Raises TypeError for a bad value.
+cdef void** marshal(pycudadrv_arena* arena, Function fn, tuple args, ParamSpec* specs) except NULL
+# Layout unknown: parameter sizes from the values (malloc'd, the caller frees), checked
+# against the parameter-space limit.
+cdef ParamSpec* infer_layout(Function fn, tuple args) except NULL
+# Whether launches release the GIL around the driver call (set_release_gil).
+cdef bint launch_releases_gil() noexcept
 
 cdef Function make_function(CUfunction handle, str name, object module, Device device, object layout,
                             str layout_source)

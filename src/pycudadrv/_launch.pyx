@@ -15,7 +15,7 @@ from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, peer_enabled
 from pycudadrv._stream cimport Stream, Event, resolve_stream
-from pycudadrv._memory cimport Buffer
+from pycudadrv._memory cimport Buffer, cai_data_pointer
 
 import numpy as np
 from pycudadrv import _signature
@@ -65,9 +65,11 @@ def set_release_gil(bint flag):
     global _release_gil
     prev = _release_gil
     _release_gil = flag
-    from pycudadrv import _graph
-    _graph._set_release_gil(flag)
     return prev
+
+
+cdef bint launch_releases_gil() noexcept:
+    return _release_gil
 
 
 def get_release_gil():
@@ -391,14 +393,10 @@ cdef int _ensure_buffer_open(Buffer b, Function fn, Py_ssize_t i, ParamSpec* p) 
 
 
 cdef uint64_t _cai_pointer(object a, object cai, Function fn, Py_ssize_t i, ParamSpec* p) except? 0:
-    """The data pointer of a __cuda_array_interface__, validated."""
-    data = cai.get("data") if isinstance(cai, dict) else None
-    if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise _arg_error(fn, i, p, a, "its __cuda_array_interface__ has no valid 'data': (pointer, read_only)")
-    ptr = data[0]
-    if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr < 0 or ptr >= 2**64:
-        raise _arg_error(fn, i, p, a, f"its __cuda_array_interface__ data pointer {ptr!r} is not an address")
-    return <uint64_t>ptr
+    try:
+        return <uint64_t>cai_data_pointer(cai)
+    except ValueError as e:
+        raise _arg_error(fn, i, p, a, str(e)) from None
 
 
 cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
@@ -439,16 +437,6 @@ cdef inline int pack_arg(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsi
         memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])
         return 0
     return _pack_slow(a, fn, i, p, dst)
-
-
-cdef int pack_arg_into(object a, Function fn, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
-    return pack_arg(a, fn, i, p, dst)
-
-
-cdef object infer_param(object a, Function fn, Py_ssize_t i):
-    cdef ParamSpec p
-    infer_spec(a, fn, i, &p)
-    return (p.kind, p.size)
 
 
 cdef int infer_spec(object a, Function fn, Py_ssize_t i, ParamSpec* p) except -1:
@@ -546,30 +534,50 @@ cdef object _launch_error(CUresult r, str call, Function fn, unsigned int* grid,
                       f"args={_args_summary(args)}")
 
 
-cdef int _check_arena_space(Function fn, pycudadrv_arena* arena, tuple args) except -1:
-    """Unknown layout: the sizes came from the values; check them against the limit."""
-    cdef ParamSpec* specs = <ParamSpec*>malloc(max(len(args), 1) * sizeof(ParamSpec))
-    cdef Py_ssize_t k
+cdef ParamSpec* infer_layout(Function fn, tuple args) except NULL:
+    """Layout unknown: each parameter's size from its value, checked against the
+    parameter-space limit. The array is malloc'd; the caller frees it."""
+    cdef Py_ssize_t k, n = len(args)
+    cdef ParamSpec* specs = <ParamSpec*>malloc(max(n, 1) * sizeof(ParamSpec))
     if specs == NULL:
         raise MemoryError()
     try:
-        for k in range(len(args)):
+        for k in range(n):
             infer_spec(args[k], fn, k, &specs[k])
-        _check_param_space(fn, specs, len(args))
-    finally:
+        _check_param_space(fn, specs, n, True)
+    except BaseException:
         free(specs)
-    return 0
+        raise
+    return specs
 
 
-cdef int _check_param_space(Function fn, ParamSpec* specs, int n) except -1:
+cdef void** marshal(pycudadrv_arena* arena, Function fn, tuple args, ParamSpec* specs) except NULL:
+    """Marshal each argument for parameter ``specs[i]`` into ``arena`` (freshly
+    initialised) and return the void* array cuLaunchKernel takes."""
+    cdef Py_ssize_t i
+    cdef unsigned char* dst
+    for i in range(len(args)):
+        dst = pycudadrv_arena_push(arena, specs[i].size)
+        if dst == NULL:
+            raise MemoryError("kernel argument arena")
+        pack_arg(args[i], fn, i, &specs[i], dst)
+    return pycudadrv_arena_finish(arena)
+
+
+cdef int _check_param_space(Function fn, ParamSpec* specs, Py_ssize_t n, bint place) except -1:
+    """Raise ValueError, listing each parameter's offset and size, when the parameters
+    exceed the driver's limit. With ``place``, first give each parameter its offset at
+    natural alignment (sizes taken from the values carry none)."""
     cdef size_t end = 0, off = 0
-    cdef int k
+    cdef Py_ssize_t k
     cdef size_t al
     for k in range(n):
-        al = 8 if specs[k].size >= 8 else (specs[k].size if specs[k].size in (1, 2, 4) else 8)
-        off = (off + al - 1) // al * al
-        off += specs[k].size
-    end = off
+        if place:
+            al = 8 if specs[k].size >= 8 else (specs[k].size if specs[k].size in (1, 2, 4) else 8)
+            off = (off + al - 1) // al * al
+            specs[k].offset = off
+            off += specs[k].size
+        end = max(end, specs[k].offset + specs[k].size)
     if end > fn.param_limit:
         rows = ", ".join(f"#{k}: offset {specs[k].offset} size {specs[k].size}" for k in range(min(n, 32)))
         if n > 32:
@@ -714,13 +722,7 @@ cdef class Function:
         self.n_params = n
         self._layout = list(layout)
         self.layout_source = source
-        end = _signature.param_space_bytes(layout)
-        if end > self.param_limit:
-            rows = ", ".join(f"#{k}: offset {q.offset} size {q.size}" for k, q in enumerate(layout[:32]))
-            if len(layout) > 32:
-                rows += f", ... ({len(layout) - 32} more)"
-            raise ValueError(f"kernel '{self.name}': {end} bytes of parameters exceed the driver's limit of "
-                             f"{self.param_limit} bytes ({rows})")
+        _check_param_space(self, p, n, False)
         return 0
 
     def set_signature(self, signature):
@@ -824,10 +826,9 @@ cdef class Function:
         cdef unsigned int b[3]
         cdef Stream s
         cdef pycudadrv_arena arena
-        cdef ParamSpec spec
-        cdef ParamSpec* p
-        cdef unsigned char* dst
-        cdef Py_ssize_t i, n = len(args)
+        cdef ParamSpec* specs = self.params
+        cdef ParamSpec* inferred = NULL
+        cdef Py_ssize_t n = len(args)
         cdef void** kp
         cdef CUresult r
         cdef LaunchConfig lc
@@ -856,19 +857,9 @@ cdef class Function:
             s.ensure_open()
         pycudadrv_arena_init(&arena)
         try:
-            for i in range(n):
-                if self.n_params >= 0:
-                    p = &self.params[i]
-                else:
-                    infer_spec(args[i], self, i, &spec)
-                    p = &spec
-                dst = pycudadrv_arena_push(&arena, p.size)
-                if dst == NULL:
-                    raise MemoryError("kernel argument arena")
-                pack_arg(args[i], self, i, p, dst)
-            kp = pycudadrv_arena_finish(&arena)
             if self.n_params < 0:
-                _check_arena_space(self, &arena, args)
+                specs = inferred = infer_layout(self, args)
+            kp = marshal(&arena, self, args, specs)
             self.device.activate()
             tok = None
             if _hook is not None and s._capture is None:
@@ -888,6 +879,7 @@ cdef class Function:
                 s._capture._on_launch(self, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem_bytes, args)
         finally:
             pycudadrv_arena_release(&arena)
+            free(inferred)
 
     def __call__(self, grid, block, *args, **kwargs):
         """Same as :meth:`launch`."""
@@ -957,16 +949,13 @@ cdef class PreparedLaunch:
                 raise TypeError(f"kernel '{fn.name}': its parameter sizes are unknown, so bind() needs the "
                                 "arguments (numpy scalars or Buffers) to fix them")
             self.n = len(args)
-        self.specs = <ParamSpec*>malloc(max(self.n, 1) * sizeof(ParamSpec))
-        if self.specs == NULL:
-            raise MemoryError()
-        for k in range(self.n):
-            if fn.n_params >= 0:
-                self.specs[k] = fn.params[k]
-            else:
-                infer_spec(args[k], fn, k, &self.specs[k])
-        if fn.n_params < 0:
-            _check_param_space(fn, self.specs, self.n)
+        if fn.n_params >= 0:
+            self.specs = <ParamSpec*>malloc(max(self.n, 1) * sizeof(ParamSpec))
+            if self.specs == NULL:
+                raise MemoryError()
+            memcpy(self.specs, fn.params, self.n * sizeof(ParamSpec))
+        else:
+            self.specs = infer_layout(fn, args)
         for k in range(self.n):
             if pycudadrv_arena_push(&self.arena, self.specs[k].size) == NULL:
                 raise MemoryError("kernel argument arena")
@@ -1115,17 +1104,11 @@ def pack_arguments(layout, args, name="kernel"):
     if len(args) != f.n_params:
         raise TypeError(f"kernel '{name}' takes {f.n_params} arguments, {len(args)} given")
     cdef pycudadrv_arena arena
-    cdef unsigned char* dst
     cdef int k
     cdef void** kp
     pycudadrv_arena_init(&arena)
     try:
-        for k in range(f.n_params):
-            dst = pycudadrv_arena_push(&arena, f.params[k].size)
-            if dst == NULL:
-                raise MemoryError()
-            pack_arg(args[k], f, k, &f.params[k], dst)
-        kp = pycudadrv_arena_finish(&arena)
+        kp = marshal(&arena, f, tuple(args), f.params)
         out = [(<char*>kp[k])[:f.params[k].size] for k in range(f.n_params)]
         addrs = [<uintptr_t>kp[k] for k in range(f.n_params)]
         spilled = bool(pycudadrv_arena_is_spilled(&arena))

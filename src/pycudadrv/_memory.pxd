@@ -18,3 +18,7 @@ cdef class Buffer:
     # Raises ValueError if this buffer or the allocation it views was closed.
     cdef int ensure_open(self) except -1
     cdef _host_view(self, obj, bint writable, name)
+
+# The data pointer of a __cuda_array_interface__ dict, as an int in [0, 2**64);
+# ValueError saying what is wrong otherwise.
+cdef object cai_data_pointer(object cai)

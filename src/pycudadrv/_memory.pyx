@@ -10,7 +10,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, get_device, current_device, as_device
-from pycudadrv._stream cimport Stream, resolve_stream, check_not_capturing
+from pycudadrv._stream cimport Stream, Event, resolve_stream, check_not_capturing
 
 import numpy as np
 
@@ -53,6 +53,24 @@ cdef extern from "pycudadrv/dlpack.h" nogil:
 ctypedef void* CUmemoryPool_p
 
 cdef set _pools_configured = set()
+cdef object cai_data_pointer(object cai):
+    data = cai.get("data") if isinstance(cai, dict) else None
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise ValueError("its __cuda_array_interface__ has no valid 'data': (pointer, read_only)")
+    ptr = data[0]
+    if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr < 0 or ptr >= 2**64:
+        raise ValueError(f"its __cuda_array_interface__ data pointer {ptr!r} is not an address")
+    return ptr
+
+
+cdef int _order_after(Stream producer, Stream consumer, Device dev) except -1:
+    """Make work queued from now on `consumer` wait for the work queued so far on
+    `producer` (cuEventRecord + cuStreamWaitEvent); nothing when they are one stream."""
+    if producer.handle != consumer.handle:
+        consumer.wait(Event(timing=False, device=dev).record(producer))
+    return 0
+
+
 # Frees that a capture forbade at the time (ptr, device, stream); done when it ends.
 cdef list _deferred_frees = []
 
@@ -65,22 +83,32 @@ cdef bint _capture_forbids_free(Stream s):
     return False
 
 
+cdef int _release_allocation(CUdeviceptr ptr, Device dev, Stream s, bint raise_errors) except -1:
+    """Free a device allocation: ``cuMemFreeAsync`` on ``s`` (after its queued work) while
+    ``s`` is open, else ``cuMemFree``; deferred to the end of a capture that forbids it.
+    Driver errors raise CudaError only with ``raise_errors``."""
+    if _capture_forbids_free(s):
+        _deferred_frees.append((ptr, dev, s))
+        return 0
+    cdef pycudadrv_driver_api* d = driver()
+    cdef CUresult r = d.p_cuCtxSetCurrent(dev.context)
+    if s is not None and not s.closed:
+        r = d.p_cuMemFreeAsync(ptr, s.handle)
+        call = b"cuMemFreeAsync"
+    else:
+        r = d.p_cuMemFree(ptr)
+        call = b"cuMemFree"
+    if raise_errors:
+        check(r, call)
+    return 0
+
+
 def flush_deferred_frees():
     """Free the allocations whose release a capture deferred (called when a capture ends)."""
-    cdef pycudadrv_driver_api* d = driver()
-    cdef Device dev
-    cdef Stream s
     pending = list(_deferred_frees)
     _deferred_frees.clear()
     for ptr, dev, s in pending:
-        if _capture_forbids_free(s):
-            _deferred_frees.append((ptr, dev, s))
-            continue
-        d.p_cuCtxSetCurrent(dev.context)
-        if s is not None and not s.closed:
-            d.p_cuMemFreeAsync(<CUdeviceptr>ptr, s.handle)
-        else:
-            d.p_cuMemFree(<CUdeviceptr>ptr)
+        _release_allocation(ptr, dev, s, False)
 
 
 cdef int _configure_pool(Device dev) except -1:
@@ -479,11 +507,7 @@ cdef class Buffer:
             raise ValueError(f"Buffer.__dlpack__: buffer lives on {(PYCUDADRV_kDLCUDA, self.device.ordinal)}, "
                              f"not {tuple(dl_device)}")
         if stream is not None and stream != -1:
-            from pycudadrv._stream import Event
-            consumer = Stream.from_handle(int(stream), self.device)
-            if (<Stream>consumer).handle != self.stream.handle:
-                ev = Event(timing=False, device=self.device).record(self.stream)
-                consumer.wait(ev)
+            _order_after(self.stream, Stream.from_handle(int(stream), self.device), self.device)
         dt = self.dtype if self.dtype is not None else np.dtype(np.uint8)
         shape = tuple(self.shape) if self.shape is not None else (self.size,)
         code = {"i": PYCUDADRV_kDLInt, "u": PYCUDADRV_kDLUInt, "f": PYCUDADRV_kDLFloat,
@@ -519,19 +543,11 @@ cdef class Buffer:
         if self.closed:
             return
         self.closed = True
+        self.owner = None
         if self.owned and self.ptr != 0:
             ptr = self.ptr
             self.ptr = 0
-            if _capture_forbids_free(self.stream):
-                _deferred_frees.append((ptr, self.device, self.stream if self.async_alloc else None))
-                self.owner = None
-                return
-            self.device.activate()
-            if self.async_alloc:
-                check(driver().p_cuMemFreeAsync(<CUdeviceptr>ptr, self.stream.handle), "cuMemFreeAsync")
-            else:
-                check(driver().p_cuMemFree(<CUdeviceptr>ptr), "cuMemFree")
-        self.owner = None
+            _release_allocation(ptr, self.device, self.stream if self.async_alloc else None, True)
 
     def __enter__(self):
         return self
@@ -541,18 +557,9 @@ cdef class Buffer:
         return False
 
     def __dealloc__(self):
-        cdef pycudadrv_driver_api* d
         if self.owned and not self.closed and self.ptr != 0 and self.device is not None:
             try:
-                if _capture_forbids_free(self.stream):
-                    _deferred_frees.append((self.ptr, self.device, self.stream if self.async_alloc else None))
-                    return
-                d = driver()
-                d.p_cuCtxSetCurrent(self.device.context)
-                if self.async_alloc and self.stream is not None and not self.stream.closed:
-                    d.p_cuMemFreeAsync(self.ptr, (<Stream>self.stream).handle)
-                else:
-                    d.p_cuMemFree(self.ptr)
+                _release_allocation(self.ptr, self.device, self.stream if self.async_alloc else None, False)
             except Exception:
                 pass
 
@@ -665,6 +672,10 @@ def asbuffer(obj, *, device=None):
         if hasattr(obj, "__dlpack__"):
             return _from_dlpack(obj, device)
         raise TypeError(f"{type(obj).__name__} exports neither __cuda_array_interface__ nor __dlpack__")
+    try:
+        ptr = cai_data_pointer(cai)
+    except ValueError as e:
+        raise TypeError(f"asbuffer: {type(obj).__name__}: {e}") from None
     dt = np.dtype(cai.get("descr", cai["typestr"])) if "descr" in cai and len(cai["descr"]) > 1 else np.dtype(cai["typestr"])
     shape = tuple(cai["shape"])
     strides = cai.get("strides")
@@ -680,14 +691,11 @@ def asbuffer(obj, *, device=None):
     b.device = as_device(device)
     b.stream = <Stream>b.device.default_stream
     producer_stream = cai.get("stream")
-    if producer_stream and int(producer_stream) != <uintptr_t>b.stream.handle:
-        # CAI v3: order the producer's pending work before ours.
-        from pycudadrv._stream import Event
-        ev = Event(timing=False, device=b.device).record(Stream.from_handle(int(producer_stream), b.device))
-        b.stream.wait(ev)
+    if producer_stream:  # CAI v3: order the producer's pending work before ours
+        _order_after(Stream.from_handle(int(producer_stream), b.device), b.stream, b.device)
     b.root = b
     b.owner = obj
-    b.ptr = <CUdeviceptr>int(cai["data"][0])
+    b.ptr = <CUdeviceptr>ptr
     b.nbytes = int(np.prod(shape)) * dt.itemsize
     b.dtype = dt
     b.shape = shape

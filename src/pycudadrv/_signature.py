@@ -55,10 +55,6 @@ def _place(items):
     return out
 
 
-def param_space_bytes(layout) -> int:
-    return max((p.offset + p.size for p in layout), default=0)
-
-
 _PTX_TYPES = {"u": INTEGER, "s": INTEGER, "b": INTEGER, "f": FLOAT}
 _ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$%][\w$%]*)\s*\(([^)]*)\)", re.S)
 _PARAM_RE = re.compile(

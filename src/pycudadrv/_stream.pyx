@@ -13,10 +13,6 @@ import threading
 cdef list active_captures = []
 
 
-def _active_captures():
-    return active_captures
-
-
 cdef int check_not_capturing(Stream stream, str what) except -1:
     if stream is not None and stream._capture is not None:
         raise RuntimeError(f"cannot {what} during {stream._capture!r}: it would invalidate the capture; "

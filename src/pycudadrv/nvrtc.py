@@ -57,9 +57,7 @@ _lock = threading.Lock()
 
 
 def _candidates():
-    env = os.environ.get("PYCUDADRV_NVRTC")
-    if env:
-        yield env
+    # PYCUDADRV_NVRTC is handled by _load() alone: it never falls back to these.
     try:
         import nvidia  # namespace package of the nvidia-* wheels
 
