@@ -1,70 +1,59 @@
 """Build pycudadrv's Cython extensions against the CUDA driver header (cuda.h).
 
-Nothing links against libcuda: the driver is opened at run time. The header is
-found, in order, from $CUDA_HOME, $CUDA_PATH, /usr/local/cuda, then the
+Nothing links against libcuda (nor libdl: the driver is opened at run time
+through ctypes, so the extensions need no glibc newer than 2.17). The header
+is found by ``pycudadrv/_paths.py`` (loaded here by path, before anything is
+built): $CUDA_HOME, $CUDA_PATH, /usr/local/cuda, then the
 ``nvidia-cuda-runtime`` wheel (a build requirement, so a machine with no CUDA
 toolkit builds too).
 """
-import glob
+import importlib.util
 import os
 import sys
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 
-def _has_header(inc):
-    return bool(inc) and os.path.isfile(os.path.join(inc, "cuda.h")) and os.path.isfile(
-        os.path.join(inc, "cudaTypedefs.h"))
+#: The compiled modules, in layering order (tests/test_layout.py checks the imports).
+MODULES = ["_driver", "_device", "_stream", "_host", "_dlpack", "_memory", "_marshal", "_kernel", "_launch", "_module",
+           "_graph", "_sequence", "_loops"]
+
+
+def _paths():
+    spec = importlib.util.spec_from_file_location("_pycudadrv_paths", os.path.join(HERE, "pycudadrv", "_paths.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def find_cuda_include():
-    """Return the directory holding cuda.h, or raise RuntimeError saying where we looked."""
-    tried = []
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            inc = os.path.join(root, "include")
-            tried.append(f"${var}/include = {inc}")
-            if _has_header(inc):
-                return inc
-    tried.append("/usr/local/cuda/include")
-    if _has_header("/usr/local/cuda/include"):
-        return "/usr/local/cuda/include"
+    """The directory holding cuda.h and cudaTypedefs.h; RuntimeError saying where it looked."""
     try:
-        import nvidia  # namespace package of the nvidia-* wheels
-        for base in list(nvidia.__path__):
-            for inc in sorted(glob.glob(os.path.join(base, "*", "include"))):
-                tried.append(inc)
-                if _has_header(inc):
-                    return inc
-    except ImportError:
-        tried.append("the nvidia-cuda-runtime wheel (not installed)")
-    raise RuntimeError("pycudadrv: cuda.h not found; looked in: " + "; ".join(tried)
-                       + ". Set CUDA_HOME or `pip install nvidia-cuda-runtime`.")
+        return _paths().find_cuda_include()
+    except FileNotFoundError as e:
+        raise RuntimeError(f"pycudadrv: {e}") from None
 
 
 if __name__ == "__main__":
     from Cython.Build import cythonize
     from setuptools import Extension, setup
 
-    here = os.path.dirname(os.path.abspath(__file__))
     cuda_inc = find_cuda_include()
     print(f"pycudadrv: building against {os.path.join(cuda_inc, 'cuda.h')}", file=sys.stderr)
-    modules = ["_driver", "_device", "_stream", "_memory", "_launch", "_module", "_graph"]
     exts = [
         Extension(
             f"pycudadrv.{m}",
-            [f"src/pycudadrv/{m}.pyx"],
-            include_dirs=[os.path.join(here, "include"), cuda_inc],
-            libraries=["dl"],
+            [f"pycudadrv/{m}.pyx"],
+            include_dirs=[os.path.join(HERE, "include"), cuda_inc],
             extra_compile_args=["-O3", "-g0", "-Wno-unused-function"],
         )
-        for m in modules
+        for m in MODULES if os.path.exists(os.path.join(HERE, "pycudadrv", f"{m}.pyx"))
     ]
     setup(
         options={"build_ext": {"parallel": os.cpu_count() or 1}},
         ext_modules=cythonize(
             exts,
             language_level=3,
-            include_path=["src"],
+            include_path=[HERE],
             compiler_directives={"embedsignature": True, "binding": False},
         ),
     )

@@ -123,7 +123,7 @@ def test_arena_inline_holds_32_scalar_arguments_without_spilling():
     ("int", np.float32(1.0), "numpy floating-point scalar given to an integer"),
     ("float*", np.float64(1.0), "numpy floating-point scalar given to an integer or pointer"),
     ("float", np.int32(1), "numpy integer scalar given to a floating-point parameter"),
-    ("unsigned long long", 2**64, "out of range for a 64-bit integer"),
+    ("unsigned long long", 2**64, "out of range for a 64-bit unsigned integer"),
     ("float", object(), "unsupported argument type"),
 ])
 def test_wrong_values_raise_type_error_naming_kernel_parameter_size_and_value(ctype, value, match):

@@ -8,7 +8,7 @@ Writes two files, both checked in and never edited by hand:
   ``cudaTypedefs.h``) and the table the loader walks: symbol name, field offset,
   the ABI versions to ask ``cuGetProcAddress`` for (newest first; every one has
   the same parameter list), and whether the entry point is required.
-* ``src/pycudadrv/_driver_api.pxd`` -- the same struct declared for Cython.
+* ``pycudadrv/_driver_api.pxd`` -- the same struct declared for Cython.
 
 Usage: ``python tools/gen_driver_api.py [CUDA_INCLUDE_DIR]``.  The include
 directory defaults to the one ``setup.py`` would build against.
@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-# (entry point, required). Optional ones may be NULL at run time; callers check.
+# (entry point, required[, pinned ABI version]). Optional ones may be NULL at run time; callers check.
 ENTRY_POINTS = [
     ("cuInit", True),
     ("cuDriverGetVersion", True),
@@ -92,6 +92,23 @@ ENTRY_POINTS = [
     ("cuFuncGetName", False),
     ("cuModuleGetFunctionCount", False),
     ("cuModuleEnumerateFunctions", False),
+    # Lifetimes, occupancy, globals, host callbacks, graph memory (issue work after the first release).
+    ("cuCtxSynchronize", True, 2000),
+    ("cuPointerGetAttribute", True),
+    ("cuModuleGetGlobal", True),
+    ("cuFuncSetCacheConfig", True),
+    ("cuOccupancyMaxPotentialBlockSize", True),
+    ("cuOccupancyAvailableDynamicSMemPerBlock", True),
+    ("cuLaunchHostFunc", True),
+    ("cuMemPoolGetAttribute", True),
+    ("cuDeviceGetGraphMemAttribute", True),
+    ("cuDeviceGraphMemTrim", True),
+    ("cuGraphCreate", True),
+    ("cuGraphNodeGetType", True),
+    # Device-side loops (conditional nodes) and capture into a given graph: CUDA 12.3+.
+    ("cuGraphAddNode", False),
+    ("cuGraphConditionalHandleCreate", False),
+    ("cuStreamBeginCaptureToGraph", False),
 ]
 
 # The oldest driver this project supports, whatever the entry points would allow.
@@ -129,6 +146,8 @@ def param_types(params: str) -> list[str]:
 
 
 def cython_params(params: str) -> str:
+    if params.strip() == "void":
+        return ""
     out = []
     for p in params.split(","):
         p = p.strip()
@@ -150,8 +169,11 @@ def main() -> None:
 
     rows = []
     min_driver = SUPPORTED_MIN_DRIVER
-    for name, required in ENTRY_POINTS:
+    for entry in ENTRY_POINTS:
+        name, required = entry[:2]
         variants = sorted(typedefs[name], reverse=True)
+        if len(entry) > 2:   # an ABI pinned below the newest (the newer one needs a newer driver)
+            variants = [v for v in variants if v[0] <= entry[2]]
         newest_ver, newest_params = variants[0]
         compatible = [v for v, p in variants if param_types(p) == param_types(newest_params)]
         rows.append((name, required, newest_ver, newest_params, compatible))
@@ -192,7 +214,7 @@ def main() -> None:
     p += ["", "    ctypedef struct pycudadrv_entry_point:", "        const char *name",
           "        size_t offset", "        int required", "        int versions[4]", "",
           "    const pycudadrv_entry_point pycudadrv_entry_points[]", ""]
-    with open(os.path.join(root, "src", "pycudadrv", "_driver_api.pxd"), "w") as f:
+    with open(os.path.join(root, "pycudadrv", "_driver_api.pxd"), "w") as f:
         f.write("\n".join(p))
     attrs = {}
     for prefix in ("CU_DEVICE_ATTRIBUTE_", "CU_FUNC_ATTRIBUTE_"):
@@ -205,7 +227,7 @@ def main() -> None:
     py += ["}", "", "FUNCTION_ATTRIBUTES = {"]
     py += [f"    {k!r}: {v}," for k, v in attrs["CU_FUNC_ATTRIBUTE_"].items()]
     py += ["}", ""]
-    with open(os.path.join(root, "src", "pycudadrv", "_attributes.py"), "w") as f:
+    with open(os.path.join(root, "pycudadrv", "_attributes.py"), "w") as f:
         f.write("\n".join(py))
     print(f"{len(rows)} entry points; header CUDA {header_version}; minimum driver {min_driver}")
 

@@ -92,6 +92,18 @@ static inline unsigned char *pycudadrv_arena_at(pycudadrv_arena *a, uint32_t i) 
     return a->slots[a->index[i]].b;
 }
 
+/* Bytes of slot storage in use (16 per slot). */
+static inline size_t pycudadrv_arena_slot_bytes(const pycudadrv_arena *a) { return (size_t)a->n_slots * 16u; }
+
+/* Copy the slot contents of src into dst, which has the same layout (the same
+ * parameter sizes in the same order): dst's void* array stays valid. 0 on
+ * success, -1 when the layouts differ. */
+static inline int pycudadrv_arena_copy_slots(pycudadrv_arena *dst, const pycudadrv_arena *src) {
+    if (dst->n_slots != src->n_slots || dst->n_params != src->n_params) return -1;
+    memcpy(dst->slots, src->slots, (size_t)src->n_slots * sizeof(pycudadrv_slot));
+    return 0;
+}
+
 /* Build the void* array: params[i] -> first slot of parameter i. */
 static inline void **pycudadrv_arena_finish(pycudadrv_arena *a) {
     for (uint32_t i = 0; i < a->n_params; ++i) a->params[i] = a->slots[a->index[i]].b;

@@ -7,7 +7,7 @@
 
 #define PYCUDADRV_HEADER_CUDA_VERSION 13000
 #define PYCUDADRV_MIN_DRIVER_VERSION 12000
-#define PYCUDADRV_N_ENTRY_POINTS 70
+#define PYCUDADRV_N_ENTRY_POINTS 85
 #define PYCUDADRV_MAX_ABI_VARIANTS 4
 
 typedef struct pycudadrv_driver_api {
@@ -81,6 +81,21 @@ typedef struct pycudadrv_driver_api {
     PFN_cuFuncGetName_v12030 p_cuFuncGetName;
     PFN_cuModuleGetFunctionCount_v12040 p_cuModuleGetFunctionCount;
     PFN_cuModuleEnumerateFunctions_v12040 p_cuModuleEnumerateFunctions;
+    PFN_cuCtxSynchronize_v2000 p_cuCtxSynchronize;
+    PFN_cuPointerGetAttribute_v4000 p_cuPointerGetAttribute;
+    PFN_cuModuleGetGlobal_v3020 p_cuModuleGetGlobal;
+    PFN_cuFuncSetCacheConfig_v3000 p_cuFuncSetCacheConfig;
+    PFN_cuOccupancyMaxPotentialBlockSize_v6050 p_cuOccupancyMaxPotentialBlockSize;
+    PFN_cuOccupancyAvailableDynamicSMemPerBlock_v10020 p_cuOccupancyAvailableDynamicSMemPerBlock;
+    PFN_cuLaunchHostFunc_v10000 p_cuLaunchHostFunc;
+    PFN_cuMemPoolGetAttribute_v11020 p_cuMemPoolGetAttribute;
+    PFN_cuDeviceGetGraphMemAttribute_v11040 p_cuDeviceGetGraphMemAttribute;
+    PFN_cuDeviceGraphMemTrim_v11040 p_cuDeviceGraphMemTrim;
+    PFN_cuGraphCreate_v10000 p_cuGraphCreate;
+    PFN_cuGraphNodeGetType_v10000 p_cuGraphNodeGetType;
+    PFN_cuGraphAddNode_v12030 p_cuGraphAddNode;
+    PFN_cuGraphConditionalHandleCreate_v12030 p_cuGraphConditionalHandleCreate;
+    PFN_cuStreamBeginCaptureToGraph_v12030 p_cuStreamBeginCaptureToGraph;
 } pycudadrv_driver_api;
 
 typedef struct pycudadrv_entry_point {
@@ -161,6 +176,21 @@ static const pycudadrv_entry_point pycudadrv_entry_points[PYCUDADRV_N_ENTRY_POIN
     {"cuFuncGetName", offsetof(pycudadrv_driver_api, p_cuFuncGetName), 0, {12030, 0}},
     {"cuModuleGetFunctionCount", offsetof(pycudadrv_driver_api, p_cuModuleGetFunctionCount), 0, {12040, 0}},
     {"cuModuleEnumerateFunctions", offsetof(pycudadrv_driver_api, p_cuModuleEnumerateFunctions), 0, {12040, 0}},
+    {"cuCtxSynchronize", offsetof(pycudadrv_driver_api, p_cuCtxSynchronize), 1, {2000, 0}},
+    {"cuPointerGetAttribute", offsetof(pycudadrv_driver_api, p_cuPointerGetAttribute), 1, {4000, 0}},
+    {"cuModuleGetGlobal", offsetof(pycudadrv_driver_api, p_cuModuleGetGlobal), 1, {3020, 0}},
+    {"cuFuncSetCacheConfig", offsetof(pycudadrv_driver_api, p_cuFuncSetCacheConfig), 1, {3000, 0}},
+    {"cuOccupancyMaxPotentialBlockSize", offsetof(pycudadrv_driver_api, p_cuOccupancyMaxPotentialBlockSize), 1, {6050, 0}},
+    {"cuOccupancyAvailableDynamicSMemPerBlock", offsetof(pycudadrv_driver_api, p_cuOccupancyAvailableDynamicSMemPerBlock), 1, {10020, 0}},
+    {"cuLaunchHostFunc", offsetof(pycudadrv_driver_api, p_cuLaunchHostFunc), 1, {10000, 0}},
+    {"cuMemPoolGetAttribute", offsetof(pycudadrv_driver_api, p_cuMemPoolGetAttribute), 1, {11020, 0}},
+    {"cuDeviceGetGraphMemAttribute", offsetof(pycudadrv_driver_api, p_cuDeviceGetGraphMemAttribute), 1, {11040, 0}},
+    {"cuDeviceGraphMemTrim", offsetof(pycudadrv_driver_api, p_cuDeviceGraphMemTrim), 1, {11040, 0}},
+    {"cuGraphCreate", offsetof(pycudadrv_driver_api, p_cuGraphCreate), 1, {10000, 0}},
+    {"cuGraphNodeGetType", offsetof(pycudadrv_driver_api, p_cuGraphNodeGetType), 1, {10000, 0}},
+    {"cuGraphAddNode", offsetof(pycudadrv_driver_api, p_cuGraphAddNode), 0, {12030, 0}},
+    {"cuGraphConditionalHandleCreate", offsetof(pycudadrv_driver_api, p_cuGraphConditionalHandleCreate), 0, {12030, 0}},
+    {"cuStreamBeginCaptureToGraph", offsetof(pycudadrv_driver_api, p_cuStreamBeginCaptureToGraph), 0, {12030, 0}},
 };
 
 #endif

@@ -78,6 +78,21 @@ cdef extern from "pycudadrv/driver_api.h" nogil:
         CUresult (*p_cuFuncGetName)(const char **name, CUfunction hfunc) noexcept nogil
         CUresult (*p_cuModuleGetFunctionCount)(unsigned int *count, CUmodule hmod) noexcept nogil
         CUresult (*p_cuModuleEnumerateFunctions)(CUfunction *functions, unsigned int numFunctions, CUmodule mod) noexcept nogil
+        CUresult (*p_cuCtxSynchronize)() noexcept nogil
+        CUresult (*p_cuPointerGetAttribute)(void *data, CUpointer_attribute attribute, CUdeviceptr_v2 ptr) noexcept nogil
+        CUresult (*p_cuModuleGetGlobal)(CUdeviceptr_v2 *dptr, size_t *bytes, CUmodule hmod, const char *name) noexcept nogil
+        CUresult (*p_cuFuncSetCacheConfig)(CUfunction hfunc, CUfunc_cache config) noexcept nogil
+        CUresult (*p_cuOccupancyMaxPotentialBlockSize)(int *minGridSize, int *blockSize, CUfunction func, CUoccupancyB2DSize blockSizeToDynamicSMemSize, size_t dynamicSMemSize, int blockSizeLimit) noexcept nogil
+        CUresult (*p_cuOccupancyAvailableDynamicSMemPerBlock)(size_t *dynamicSmemSize, CUfunction func, int numBlocks, int blockSize) noexcept nogil
+        CUresult (*p_cuLaunchHostFunc)(CUstream hStream, CUhostFn fn, void *userData) noexcept nogil
+        CUresult (*p_cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value) noexcept nogil
+        CUresult (*p_cuDeviceGetGraphMemAttribute)(CUdevice device, CUgraphMem_attribute attr, void* value) noexcept nogil
+        CUresult (*p_cuDeviceGraphMemTrim)(CUdevice device) noexcept nogil
+        CUresult (*p_cuGraphCreate)(CUgraph *phGraph, unsigned int flags) noexcept nogil
+        CUresult (*p_cuGraphNodeGetType)(CUgraphNode hNode, CUgraphNodeType *type_) noexcept nogil
+        CUresult (*p_cuGraphAddNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) noexcept nogil
+        CUresult (*p_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags) noexcept nogil
+        CUresult (*p_cuStreamBeginCaptureToGraph)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) noexcept nogil
 
     ctypedef struct pycudadrv_entry_point:
         const char *name

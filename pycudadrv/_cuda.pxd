@@ -58,6 +58,44 @@ cdef extern from "cuda.h" nogil:
     ctypedef CUmemPoolHandle_st* CUmemoryPool
     ctypedef int CUmemPool_attribute
 
+    ctypedef struct CUgraphDeviceUpdatableNode_st
+    ctypedef CUgraphDeviceUpdatableNode_st* CUgraphDeviceNode
+    ctypedef unsigned long long CUgraphConditionalHandle
+    ctypedef int CUpointer_attribute
+    ctypedef int CUfunc_cache
+    ctypedef int CUgraphMem_attribute
+    ctypedef int CUgraphNodeType
+    ctypedef int CUgraphConditionalNodeType
+    ctypedef void (*CUhostFn)(void* userData) noexcept
+    ctypedef size_t (*CUoccupancyB2DSize)(int blockSize) noexcept
+    ctypedef struct CUDA_CONDITIONAL_NODE_PARAMS:
+        CUgraphConditionalHandle handle
+        CUgraphConditionalNodeType type
+        unsigned int size
+        CUgraph* phGraph_out
+        CUcontext ctx
+    ctypedef struct CUgraphNodeParams:
+        CUgraphNodeType type
+        CUDA_CONDITIONAL_NODE_PARAMS conditional
+    enum:
+        CU_GRAPH_NODE_TYPE_KERNEL
+        CU_GRAPH_NODE_TYPE_CONDITIONAL
+        CU_GRAPH_COND_TYPE_IF
+        CU_GRAPH_COND_TYPE_WHILE
+        CU_GRAPH_COND_ASSIGN_DEFAULT
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+        CU_MEMORYTYPE_HOST
+        CU_MEMORYTYPE_DEVICE
+        CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT
+        CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT
+        CU_MEMPOOL_ATTR_USED_MEM_CURRENT
+        CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+        CU_FUNC_CACHE_PREFER_NONE
+        CU_FUNC_CACHE_PREFER_SHARED
+        CU_FUNC_CACHE_PREFER_L1
+        CU_FUNC_CACHE_PREFER_EQUAL
+        CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE
+
     ctypedef int CUdevice_attribute
     ctypedef int CUfunction_attribute
     ctypedef int CUjit_option
@@ -73,6 +111,7 @@ cdef extern from "cuda.h" nogil:
         CUDA_ERROR_OUT_OF_MEMORY
         CUDA_ERROR_NO_DEVICE
         CUDA_ERROR_NOT_FOUND
+        CUDA_ERROR_NOT_SUPPORTED
         CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
         CUDA_ERROR_UNSUPPORTED_PTX_VERSION
 
@@ -127,11 +166,16 @@ cdef extern from "cuda.h" nogil:
         unsigned int y
         unsigned int z
 
+    ctypedef struct _device_updatable:
+        int deviceUpdatable
+        CUgraphDeviceNode devNode
+
     ctypedef union CUlaunchAttributeValue:
         char pad[64]
         int cooperative
         _dim3 clusterDim
         int programmaticStreamSerializationAllowed
+        _device_updatable deviceUpdatableKernelNode
 
     ctypedef struct CUlaunchAttribute:
         CUlaunchAttributeID id

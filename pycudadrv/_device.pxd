@@ -2,8 +2,8 @@ from pycudadrv._cuda cimport *
 
 cdef class Device:
     cdef readonly int ordinal
-    cdef CUdevice handle
-    cdef CUcontext context
+    cdef CUdevice _handle
+    cdef CUcontext _context
     # Limits read once (cuDeviceGetAttribute) and used by launch validation.
     cdef public int max_threads_per_block
     cdef int max_block[3]
@@ -19,8 +19,9 @@ cdef class Device:
     cdef int activate(self) except -1
     cdef int _attr(self, int attr) except? -1
 
+# The canonical Device object of an ordinal (created on first use).
 cdef Device get_device(int ordinal)
-# None -> the current device; a Device -> itself; an int -> that ordinal's device.
+# None -> the current device; a Device -> the canonical object of its ordinal; an int -> that ordinal's.
 cdef Device as_device(object device)
 cdef bint peer_enabled(int device, int peer)
 cdef Device current_device()

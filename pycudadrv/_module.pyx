@@ -1,38 +1,49 @@
 # cython: language_level=3
 """Modules: loading PTX/CUBIN/fatbin images through a per-context cache keyed
-by the FNV-1a 64-bit hash of the image bytes, and looking up functions."""
+by the FNV-1a 64-bit hash of the image bytes (and of what else decides the
+parameter layouts), looking up functions and module globals."""
 cimport cython
 from libc.stdint cimport uintptr_t, uint64_t
 from libc.stdlib cimport malloc, free
 from pycudadrv._cuda cimport *
-from pycudadrv._driver cimport driver, check, make_error
+from pycudadrv._driver cimport driver, check, make_error, Lifetime, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
-from pycudadrv._device cimport Device, get_device, current_device, as_device
+from pycudadrv._device cimport Device, as_device
+from pycudadrv._stream cimport Stream
+from pycudadrv._memory cimport Buffer
 from pycudadrv._launch cimport Function, make_function
 
+import json
+import re
 import threading
-from pycudadrv._driver import fnv1a64, CudaError
+import numpy as np
+from pycudadrv._driver import fnv1a64
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
 from pycudadrv import _signature
 
-cdef dict _cache = {}     # (device ordinal, fnv1a64) -> Module
+__all__ = ["Module", "load_module", "clear_module_cache", "module_cache_size", "image_kind"]
+
+cdef dict _cache = {}     # (device ordinal, fnv1a64 of the image, fnv1a64 of the layout info) -> Module
 _cache_lock = threading.Lock()
 
 ELF_MAGIC = b"\x7fELF"
 FATBIN_MAGIC = b"\x50\xed\x55\xba"   # 0xBA55ED50, little-endian
 LOG_BYTES = 16384
+_PTX_GLOBAL_RE = re.compile(r"\.(?:global|const)\s+(?:\.align\s+\d+\s+)?\.[a-z]+\d+\s+([A-Za-z_$%][\w$%]*)\s*"
+                            r"(?:\[(\d*)\])?")
 
 
 def image_kind(image):
     """``"cubin"`` (ELF, ``\\x7fELF``), ``"fatbin"`` (magic 0xBA55ED50) or
     ``"ptx"`` (text) from the first bytes of a module image.
 
-    Raises ValueError for an empty image or binary data that is neither."""
+    Raises ArgumentValueError for an empty image or binary data that is neither."""
     if isinstance(image, str):
         image = image.encode()
     b = bytes(image[:4])
     if not b.strip(b"\0"):
-        raise ValueError("empty module image" if not b else "module image starts with NUL bytes: not PTX, "
-                         "CUBIN or fatbin")
+        raise ArgumentValueError("empty module image" if not b else "module image starts with NUL bytes: not "
+                                 "PTX, CUBIN or fatbin")
     if b == ELF_MAGIC:
         return "cubin"
     if b == FATBIN_MAGIC:
@@ -40,12 +51,21 @@ def image_kind(image):
     head = bytes(image[:4096])
     # PTX is text: no control characters but tab/CR/LF (UTF-8 in comments is allowed); NUL only at the end.
     if b"\0" in head.rstrip(b"\0") or any(c < 9 or 13 < c < 32 or c == 127 for c in head.rstrip(b"\0")):
-        raise ValueError("module image is neither PTX text, a CUBIN (ELF) nor a fatbin: first bytes "
-                         f"{bytes(image[:8])!r}")
+        raise ArgumentValueError("module image is neither PTX text, a CUBIN (ELF) nor a fatbin: first bytes "
+                                 f"{bytes(image[:8])!r}")
     return "ptx"
 
 
-def load_module(image, *, device=None, ptx=None):
+def _layout_info(ptx, source_decls):
+    """The bytes, besides the image, that decide the parameter layouts (part of the cache key)."""
+    if ptx is not None and not isinstance(ptx, (bytes, bytearray)):
+        ptx = str(ptx).encode()
+    decls = json.dumps(sorted((k, [list(p) if p else None for p in v]) for k, v in (source_decls or {}).items()),
+                       default=int)
+    return (bytes(ptx) if ptx else b"") + b"\0" + decls.encode()
+
+
+def load_module(image, *, device=None, ptx=None, source_decls=None):
     """Load a module image into a device's primary context, or return the
     cached module for the same bytes (``cuModuleLoadDataEx``).
 
@@ -53,19 +73,24 @@ def load_module(image, *, device=None, ptx=None):
     ----------
     image : bytes-like, str, or ObjectCode
         PTX text, CUBIN (ELF) or fatbin bytes, told apart by their first
-        bytes; or the result of :func:`pycudadrv.compile`.
+        bytes; or the result of :func:`pycudadrv.compile` / a link.
     device : Device or int, optional
         The current device by default.
     ptx : str, optional
         PTX of the same kernels, used only to learn parameter types when
         ``image`` is binary (``compile()`` passes it).
+    source_decls : dict, optional
+        Declared parameter types of ``extern "C"`` kernels (``compile()``
+        passes what its source declares), for signedness and constness.
 
-    The cache key is (device, FNV-1a 64 of the bytes); on a hash hit the bytes
-    are compared too, so different images never share an entry.
+    The cache key is (device, FNV-1a 64 of the bytes, FNV-1a 64 of what else
+    decides the layouts: the PTX and the declarations); on a hash hit the
+    bytes are compared too, so different images, or the same CUBIN with and
+    without its PTX, never share an entry.
 
     Raises
     ------
-    ValueError
+    ArgumentValueError
         The image is empty or not PTX/CUBIN/fatbin.
     CudaError
         The driver rejected the image; for PTX the message includes the JIT
@@ -76,20 +101,22 @@ def load_module(image, *, device=None, ptx=None):
     if hasattr(image, "image") and hasattr(image, "target"):
         ptx = ptx if ptx is not None else getattr(image, "ptx", None)
         lowered = getattr(image, "lowered_names", None)
+        source_decls = source_decls if source_decls is not None else getattr(image, "source_decls", None)
         image = image.image
     if isinstance(image, str):
         image = image.encode()
     data = bytes(image)
     kind = image_kind(data)
     cdef Device dev = as_device(device)
-    h = fnv1a64(data)
-    key = (dev.ordinal, h)
+    info = _layout_info(ptx, source_decls)
+    key = (dev.ordinal, fnv1a64(data), fnv1a64(info))
     mod = _cache.get(key)
-    if mod is None or (<Module>mod).closed or (<Module>mod).image != data:
+    if mod is None or (<Module>mod)._life.ended or (<Module>mod).image != data or (<Module>mod)._layout_info != info:
         with _cache_lock:
             mod = _cache.get(key)
-            if mod is None or (<Module>mod).closed or (<Module>mod).image != data:
-                mod = Module._load(data, kind, dev, h, ptx)
+            if mod is None or (<Module>mod)._life.ended or (<Module>mod).image != data \
+                    or (<Module>mod)._layout_info != info:
+                mod = Module._load(data, kind, dev, key[1], ptx, source_decls, info)
                 _cache[key] = mod
     if lowered:
         (<Module>mod).lowered_names.update(lowered)
@@ -111,13 +138,14 @@ def module_cache_size():
 @cython.no_gc_clear
 cdef class Module:
     """A loaded CUDA module. Get one from :func:`load_module` or
-    ``compile(...).load()``; ``module.function(name)`` looks up a kernel."""
+    ``compile(...).load()``; ``module.function(name)`` looks up a kernel,
+    ``module.get_global(name)`` a ``__device__`` or ``__constant__`` variable."""
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("Modules come from pycudadrv.load_module(image) or compile(...).load()")
+        raise ArgumentTypeError("Modules come from pycudadrv.load_module(image) or compile(...).load()")
 
     @staticmethod
-    def _load(bytes data, str kind, Device dev, h, ptx):
+    def _load(bytes data, str kind, Device dev, h, ptx, source_decls, bytes info):
         cdef Module m = Module.__new__(Module)
         cdef pycudadrv_driver_api* d = driver()
         cdef bytes payload = data + b"\0" if kind == "ptx" else data
@@ -144,7 +172,7 @@ cdef class Module:
         try:
             dev.activate()
             with nogil:
-                r = d.p_cuModuleLoadDataEx(&m.handle, p, 4, opts, vals)
+                r = d.p_cuModuleLoadDataEx(&m._handle, p, 4, opts, vals)
             if r != CUDA_SUCCESS:
                 log = errlog[:LOG_BYTES].split(b"\0", 1)[0].decode(errors="replace").strip()
                 ctx = f"loading a {kind} image of {len(data)} bytes on device {dev.ordinal}"
@@ -161,21 +189,32 @@ cdef class Module:
         m.kind = kind
         m.hash = h
         m.image = data
+        m._layout_info = info
         m._functions = {}
+        m._globals = []
         m.lowered_names = {}
-        m.closed = False
-        if kind == "ptx":
-            m.ptx_layouts = _signature.ptx_entries(data.decode(errors="replace"))
-        elif ptx is not None:
-            m.ptx_layouts = _signature.ptx_entries(ptx if isinstance(ptx, str) else bytes(ptx).decode())
-        else:
-            m.ptx_layouts = None
+        m._life = Lifetime("module")
+        m.source_decls = dict(source_decls) if source_decls else None
+        text = data.decode(errors="replace") if kind == "ptx" else (
+            None if ptx is None else (ptx if isinstance(ptx, str) else bytes(ptx).decode(errors="replace")))
+        m._ptx_text = text
+        m.ptx_layouts = _signature.ptx_entries(text) if text is not None else None
         return m
 
     @property
     def handle(self):
         """The ``CUmodule`` as an int."""
-        return <uintptr_t>self.handle
+        return <uintptr_t>self._handle
+
+    @property
+    def closed(self):
+        """Whether :meth:`unload` was called."""
+        return self._life.ended
+
+    cdef int _ensure_open(self) except -1:
+        if self._life.ended:
+            raise ClosedError("module is unloaded")
+        return 0
 
     def function_names(self):
         """Names of the kernels the module exports, when the driver can tell
@@ -185,15 +224,16 @@ cdef class Module:
         cdef unsigned int n = 0, k
         cdef CUfunction* fs
         cdef const char* name
+        self._ensure_open()
         if self.ptx_layouts is not None:
             return sorted(self.ptx_layouts)
         if d.p_cuModuleGetFunctionCount == NULL or d.p_cuModuleEnumerateFunctions == NULL or d.p_cuFuncGetName == NULL:
             return None
         self.device.activate()
-        check(d.p_cuModuleGetFunctionCount(&n, self.handle), "cuModuleGetFunctionCount")
+        check(d.p_cuModuleGetFunctionCount(&n, self._handle), "cuModuleGetFunctionCount")
         fs = <CUfunction*>malloc(max(n, 1) * sizeof(CUfunction))
         try:
-            check(d.p_cuModuleEnumerateFunctions(fs, n, self.handle), "cuModuleEnumerateFunctions")
+            check(d.p_cuModuleEnumerateFunctions(fs, n, self._handle), "cuModuleEnumerateFunctions")
             out = []
             for k in range(n):
                 check(d.p_cuFuncGetName(&name, fs[k]), "cuFuncGetName")
@@ -201,6 +241,60 @@ cdef class Module:
         finally:
             free(fs)
         return sorted(out)
+
+    def global_names(self):
+        """Names of the module's ``__device__`` and ``__constant__`` variables
+        when its PTX is known (the driver cannot list them), else None."""
+        if self._ptx_text is None:
+            return None
+        return sorted({m.group(1) for m in _PTX_GLOBAL_RE.finditer(_signature._strip_comments(self._ptx_text))})
+
+    def get_global(self, str name, dtype=None):
+        """A Buffer over the module's ``__device__`` or ``__constant__``
+        variable ``name`` (``cuModuleGetGlobal``): ``nbytes`` is its size;
+        with ``dtype`` it is typed (a 1-D array of that many elements). Write
+        it with ``write``/``fill``/``copy_from`` as any Buffer (kernels launched
+        afterwards see the new value). The Buffer keeps the module alive and
+        is closed by :meth:`unload`. A C++ variable is found through its name
+        expression given to ``compile()`` or its mangled name.
+
+        Raises
+        ------
+        ArgumentValueError
+            No such global (the message lists the module's globals when its
+            PTX is known), or ``dtype`` does not divide its size.
+        ClosedError
+            The module was unloaded.
+        """
+        self._ensure_open()
+        name = self.lowered_names.get(name, name)
+        cdef pycudadrv_driver_api* d = driver()
+        cdef CUdeviceptr ptr = 0
+        cdef size_t nbytes = 0
+        cdef bytes bname = name.encode()
+        self.device.activate()
+        cdef CUresult r = d.p_cuModuleGetGlobal(&ptr, &nbytes, self._handle, bname)
+        if r == CUDA_ERROR_NOT_FOUND:
+            names = self.global_names()
+            known = ("it has: " + (", ".join(names) if names else "(none)")) if names is not None else \
+                "the driver cannot list a module's globals and its PTX was not kept"
+            raise ArgumentValueError(f"module has no __device__/__constant__ variable {name!r}; {known}") \
+                from make_error(r, "cuModuleGetGlobal")
+        check(r, "cuModuleGetGlobal")
+        dt = np.dtype(dtype) if dtype is not None else None
+        if dt is not None and nbytes % dt.itemsize:
+            raise ArgumentValueError(f"global {name!r} has {nbytes} bytes, not a whole number of {dt} elements")
+        cdef Buffer b = Buffer.__new__(Buffer)
+        b.device = self.device
+        b._stream = <Stream>self.device.default_stream
+        b._root = b
+        b._owner = self
+        b._ptr = ptr
+        b._nbytes = nbytes
+        b._dtype = dt
+        b._shape = (nbytes // dt.itemsize,) if dt is not None else None
+        self._globals.append(b)
+        return b
 
     def function(self, str name, signature=None):
         """The kernel ``name`` (``cuModuleGetFunction``), cached per module.
@@ -217,9 +311,10 @@ cdef class Module:
         CudaError
             ``CUDA_ERROR_NOT_FOUND`` when the module has no such entry point;
             the message lists the entry points it exports when known.
+        ClosedError
+            The module was unloaded.
         """
-        if self.closed:
-            raise ValueError("module is unloaded")
+        self._ensure_open()
         name = self.lowered_names.get(name, name)
         fn = self._functions.get(name)
         if fn is not None and signature is None:
@@ -228,7 +323,7 @@ cdef class Module:
         cdef CUfunction f = NULL
         cdef bytes bname = name.encode()
         self.device.activate()
-        cdef CUresult r = d.p_cuModuleGetFunction(&f, self.handle, bname)
+        cdef CUresult r = d.p_cuModuleGetFunction(&f, self._handle, bname)
         if r != CUDA_SUCCESS:
             ctx = f"module ({self.kind}, {len(self.image)} bytes) has no entry point {name!r}"
             try:
@@ -242,7 +337,7 @@ cdef class Module:
                         "compile(..., name_expressions=[...]))")
             raise make_error(r, "cuModuleGetFunction", ctx)
         layout, source = self._layout_for(<uintptr_t>f, name)
-        cdef Function fun = make_function(f, name, self, self.device, layout, source)
+        cdef Function fun = make_function(f, name, self, self.device, layout, source, self._life)
         if signature is not None:
             fun.set_signature(signature)
         else:
@@ -250,6 +345,7 @@ cdef class Module:
         return fun
 
     def _layout_for(self, size_t f_int, str name):
+        """The strictest layout known for entry ``name``, and which sources gave it."""
         cdef CUfunction f = <CUfunction><uintptr_t>f_int
         cdef pycudadrv_driver_api* d = driver()
         cdef size_t off = 0, size = 0, i = 0
@@ -263,29 +359,42 @@ cdef class Module:
                     break
                 info.append((off, size))
                 i += 1
+        base, src = None, "unknown"
         ptx_layout = None if self.ptx_layouts is None else self.ptx_layouts.get(name)
-        if ptx_layout is not None:
-            if info is None or [(p.offset, p.size) for p in ptx_layout] == info:
-                return ptx_layout, "ptx"
-        if info is not None:
-            return [_signature.Param(_signature.ANY, s, min(s, 8) if s in (1, 2, 4, 8) else 1, o)
-                    for o, s in info], "cuFuncGetParamInfo"
-        return None, "unknown"
+        if ptx_layout is not None and (info is None or [(p.offset, p.size) for p in ptx_layout] == info):
+            base, src = ptx_layout, "ptx"
+        elif info is not None:
+            base = [_signature.Param(_signature.ANY, s, min(s, 8) if s in (1, 2, 4, 8) else 1, o) for o, s in info]
+            src = "cuFuncGetParamInfo"
+        if base is None:
+            return None, src
+        detail, dname = _signature.mangled_params(name), "mangled"
+        if detail is None and self.source_decls is not None and name in self.source_decls:
+            detail, dname = self.source_decls[name], "source"
+        merged, used = _signature.merge_layout(base, detail, dname)
+        return merged, (f"{dname}+{src}" if used else src)
 
     def unload(self):
         """Unload the module (``cuModuleUnload``) and drop it from the cache.
-        Its functions become unusable. A second call is a no-op."""
-        if self.closed:
+        Its functions and globals become unusable (ClosedError). A second
+        call is a no-op."""
+        cdef Buffer g
+        if self._life.ended:
             return
-        self.closed = True
+        self._life.ended = True
+        for obj in self._globals:
+            g = <Buffer>obj
+            g._closed = True
+            g._closed_why = "its module was unloaded"
+        self._globals = []
         with _cache_lock:
-            key = (self.device.ordinal, self.hash)
-            if _cache.get(key) is self:
-                del _cache[key]
+            for key, mod in list(_cache.items()):
+                if mod is self:
+                    del _cache[key]
         self.device.activate()
-        check(driver().p_cuModuleUnload(self.handle), "cuModuleUnload")
+        check(driver().p_cuModuleUnload(self._handle), "cuModuleUnload")
 
     def __repr__(self):
-        state = "unloaded" if self.closed else "loaded"
+        state = "unloaded" if self._life.ended else "loaded"
         return (f"<Module {self.kind}, {len(self.image)} bytes, fnv1a64=0x{self.hash:016x}, "
                 f"device {self.device.ordinal}, {state}>")

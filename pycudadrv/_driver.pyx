@@ -1,19 +1,29 @@
 # cython: language_level=3
-"""Driver loader: dlopen libcuda at first use, resolve every entry point with
+"""Driver loader: open libcuda at first use, resolve every entry point with
 cuGetProcAddress at the ABI version of the header we compiled against, and turn
-CUresult codes into exceptions."""
-from libc.stdint cimport uint64_t
+CUresult codes into exceptions.
+
+The library is opened through ``ctypes`` (``dlopen`` underneath), so the
+extension itself references no ``dl*`` symbol: since glibc 2.34 those live in
+libc under a newer symbol version, which would raise the wheel's glibc floor.
+"""
+from libc.stdint cimport uint64_t, uintptr_t
 from libc.string cimport memset
-from posix.dlfcn cimport dlopen, dlsym, dlerror, RTLD_NOW, RTLD_LOCAL
-from cpython.bytes cimport PyBytes_AsStringAndSize
 
 from pycudadrv._cuda cimport *
 from pycudadrv._driver_api cimport (
     pycudadrv_driver_api, pycudadrv_entry_points, PYCUDADRV_N_ENTRY_POINTS,
     PYCUDADRV_MIN_DRIVER_VERSION, PYCUDADRV_HEADER_CUDA_VERSION)
 
+import ctypes
 import os
 import threading
+import warnings
+
+from pycudadrv._errors import CudaError, CudaUnavailableError, ArgumentTypeError
+
+__all__ = ["CudaError", "CudaUnavailableError", "LIBCUDA", "MIN_DRIVER_VERSION", "HEADER_CUDA_VERSION",
+           "is_available", "require", "driver_version", "driver_library", "fnv1a64"]
 
 cdef extern from "pycudadrv/fnv1a.h" nogil:
     uint64_t pycudadrv_fnv1a64(const void* data, size_t n)
@@ -29,95 +39,66 @@ MIN_DRIVER_VERSION = PYCUDADRV_MIN_DRIVER_VERSION
 HEADER_CUDA_VERSION = PYCUDADRV_HEADER_CUDA_VERSION
 
 
-class CudaUnavailableError(RuntimeError):
-    """CUDA cannot be used here: the driver library is missing, there is no
-    device, or the driver is older than pycudadrv supports. The message says
-    which, with the versions involved."""
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed.
-
-    Attributes
-    ----------
-    code : int
-        The ``CUresult`` value.
-    name : str
-        Its name, e.g. ``"CUDA_ERROR_INVALID_VALUE"``.
-    description : str
-        The driver's text for it (``cuGetErrorString``).
-    call : str
-        The driver function that failed, e.g. ``"cuMemAlloc"``.
-    context : str
-        What pycudadrv was doing (kernel, grid, block, ...), may be empty.
-    """
-
-    def __init__(self, code, name, description, call, context=""):
-        self.code = int(code)
-        self.name = name
-        self.description = description
-        self.call = call
-        self.context = context
-        msg = f"{name} ({self.code}): {description} [in {call}]"
-        if context:
-            msg += f"\n{context}"
-        super().__init__(msg)
-
-    def __reduce__(self):
-        return (type(self), (self.code, self.name, self.description, self.call, self.context))
-
-
 def _version_str(int v):
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
 cdef pycudadrv_driver_api _api
 cdef bint _loaded = False
+cdef bint _names_ready = False   # cuGetErrorName/String resolved (before cuInit runs)
 cdef object _load_error = None
 cdef int _driver_version = 0
+cdef object _lib = None          # the ctypes handle: keeps the library mapped
+cdef str _lib_path = ""
 _load_lock = threading.Lock()
 
 
+cdef getproc_t _open_library(str shown, str where, bint from_env) except NULL:
+    global _lib, _lib_path
+    try:
+        lib = ctypes.CDLL(shown, mode=os.RTLD_NOW | os.RTLD_LOCAL)
+    except OSError as e:
+        raise CudaUnavailableError(
+            f"CUDA driver library not found: dlopen({shown!r}){where} failed: {e}. "
+            + ("Point PYCUDADRV_LIBCUDA at libcuda.so.1 or unset it." if from_env else
+               "Install the NVIDIA driver (pycudadrv needs no toolkit).")) from None
+    try:
+        addr = ctypes.cast(lib.cuGetProcAddress_v2, ctypes.c_void_p).value
+    except AttributeError:
+        if not hasattr(lib, "cuDriverGetVersion"):
+            raise CudaUnavailableError(
+                f"{shown!r}{where} is not a CUDA driver library (it has no cuDriverGetVersion)") from None
+        raise CudaUnavailableError(
+            f"the CUDA driver in {shown!r}{where} has no cuGetProcAddress_v2: driver older than "
+            f"CUDA {_version_str(PYCUDADRV_MIN_DRIVER_VERSION)}, the oldest pycudadrv supports") from None
+    _lib = lib
+    _lib_path = shown
+    return <getproc_t><uintptr_t>addr
+
+
 cdef int _load() except -1:
-    global _loaded, _load_error, _driver_version
-    cdef void* lib
+    global _loaded, _driver_version, _names_ready
     cdef getproc_t getproc
-    cdef int i, j, ver, status
+    cdef int i, j, ver
     cdef CUdriverProcAddressQueryResult qres
     cdef void* fn
     cdef char* base
     cdef int drv_ver = 0
     cdef CUresult r
-    cdef bytes path
-    cdef const char* cerr
     env = os.environ.get("PYCUDADRV_LIBCUDA")
-    path = os.fsencode(env if env else LIBCUDA)
-    shown = os.fsdecode(path)
-    where = f" (from PYCUDADRV_LIBCUDA)" if env else ""
-    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL)
-    if lib == NULL:
-        cerr = dlerror()
-        err = (<bytes>cerr).decode(errors='replace') if cerr != NULL else 'unknown'
-        raise CudaUnavailableError(
-            f"CUDA driver library not found: dlopen({shown!r}){where} failed: {err}. "
-            + ("Point PYCUDADRV_LIBCUDA at libcuda.so.1 or unset it." if env else
-               "Install the NVIDIA driver (pycudadrv needs no toolkit)."))
-    getproc = <getproc_t>dlsym(lib, "cuGetProcAddress_v2")
-    if getproc == NULL:
-        if dlsym(lib, "cuDriverGetVersion") == NULL:
-            raise CudaUnavailableError(f"{shown!r}{where} is not a CUDA driver library (it has no cuDriverGetVersion)")
-        raise CudaUnavailableError(
-            f"the CUDA driver in {shown!r}{where} has no cuGetProcAddress_v2: driver older than "
-            f"CUDA {_version_str(PYCUDADRV_MIN_DRIVER_VERSION)}, the oldest pycudadrv supports")
+    shown = os.fsdecode(os.fsencode(env)) if env else LIBCUDA
+    where = " (from PYCUDADRV_LIBCUDA)" if env else ""
+    getproc = _open_library(shown, where, bool(env))
     # cuDriverGetVersion first, so every other symbol is asked for at a version the driver knows.
     fn = NULL
     r = getproc("cuDriverGetVersion", &fn, 2020, CU_GET_PROC_ADDRESS_DEFAULT, &qres)
     if r != CUDA_SUCCESS or fn == NULL:
         raise CudaUnavailableError(f"the CUDA driver in {shown!r} failed cuGetProcAddress(cuDriverGetVersion): "
-                                   f"CUresult {r}")
+                                   f"CUresult {r}", code=r)
     r = (<CUresult (*)(int*) noexcept nogil>fn)(&drv_ver)
     if r != CUDA_SUCCESS:
-        raise CudaUnavailableError(f"the CUDA driver in {shown!r} failed cuDriverGetVersion: CUresult {r}")
+        raise CudaUnavailableError(f"the CUDA driver in {shown!r} failed cuDriverGetVersion: CUresult {r}",
+                                   code=r)
     if drv_ver < PYCUDADRV_MIN_DRIVER_VERSION:
         raise CudaUnavailableError(
             f"CUDA driver too old: it supports CUDA {_version_str(drv_ver)}, "
@@ -144,14 +125,17 @@ cdef int _load() except -1:
         raise CudaUnavailableError(
             f"CUDA driver {_version_str(drv_ver)} lacks entry points pycudadrv needs: "
             + ", ".join(missing))
+    # Error names are usable from here on, so a cuInit failure says which it was.
+    _names_ready = _api.p_cuGetErrorName != NULL and _api.p_cuGetErrorString != NULL
     r = _api.p_cuInit(0)
     if r == CUDA_ERROR_NO_DEVICE:
         raise CudaUnavailableError(
             f"no CUDA device: the driver (CUDA {_version_str(drv_ver)}) loaded but cuInit reports "
-            "CUDA_ERROR_NO_DEVICE (check CUDA_VISIBLE_DEVICES)")
+            "CUDA_ERROR_NO_DEVICE (check CUDA_VISIBLE_DEVICES)", code=r, name="CUDA_ERROR_NO_DEVICE",
+            call="cuInit")
     if r != CUDA_SUCCESS:
         err = make_error(r, "cuInit")
-        raise CudaUnavailableError(f"cuInit failed: {err}")
+        raise CudaUnavailableError(f"cuInit failed: {err}", code=r, name=err.name, call="cuInit") from err
     _driver_version = drv_ver
     _loaded = True
     return 0
@@ -164,7 +148,7 @@ cdef pycudadrv_driver_api* driver() except NULL:
     with _load_lock:
         if not _loaded:
             if _load_error is not None:
-                raise CudaUnavailableError(str(_load_error))
+                raise CudaUnavailableError(*_load_error.__reduce__()[1])
             try:
                 _load()
             except CudaUnavailableError as e:
@@ -177,7 +161,7 @@ cdef object make_error(CUresult status, str call, str context=""):
     cdef const char* s = NULL
     name = f"CUDA_ERROR_UNKNOWN_CODE_{status}"
     desc = "unrecognized error code"
-    if _loaded:
+    if _names_ready:
         if _api.p_cuGetErrorName(status, &s) == CUDA_SUCCESS and s != NULL:
             name = (<bytes>s).decode()
         s = NULL
@@ -191,6 +175,29 @@ cdef int check(CUresult status, const char* call) except -1 nogil:
         return 0
     with gil:
         raise make_error(status, (<bytes>call).decode())
+
+
+cdef set _dealloc_warned = set()
+
+
+cdef void warn_dealloc_failure(str what, object err) noexcept:
+    try:
+        if what in _dealloc_warned:
+            return
+        _dealloc_warned.add(what)
+        warnings.warn(f"pycudadrv: releasing a {what} failed during garbage collection ({err}); "
+                      "further failures of this kind are not reported. Call close() to see the error.",
+                      RuntimeWarning, stacklevel=2)
+    except BaseException:
+        pass  # at interpreter shutdown even warnings may be gone
+
+
+cdef class Lifetime:
+    """Internal: whether the handle an owner holds is still valid."""
+
+    def __cinit__(self, str what=""):
+        self.ended = False
+        self.what = what
 
 
 def is_available():
@@ -227,15 +234,27 @@ def driver_version():
     return (_driver_version // 1000, (_driver_version % 1000) // 10)
 
 
+def driver_library():
+    """The driver library as opened: the name or path given to ``dlopen``
+    (``libcuda.so.1`` unless ``PYCUDADRV_LIBCUDA`` says otherwise). Raises
+    CudaUnavailableError without a driver."""
+    driver()
+    return _lib_path
+
+
 def fnv1a64(data):
     """FNV-1a 64-bit hash of a bytes-like object (the module cache key).
 
     Offset basis 0xcbf29ce484222325, prime 0x100000001b3. Returns an int in
-    [0, 2**64).
+    [0, 2**64). Raises ArgumentTypeError for objects without the buffer protocol.
     """
-    if not isinstance(data, (bytes, bytearray)):
-        data = memoryview(data).tobytes()
-    cdef const unsigned char[::1] view = memoryview(data).cast("B")
+    try:
+        mv = memoryview(data)
+    except TypeError:
+        raise ArgumentTypeError(f"fnv1a64: expected a bytes-like object, got {type(data).__name__}") from None
+    if not mv.c_contiguous:
+        mv = memoryview(mv.tobytes())
+    cdef const unsigned char[::1] view = mv.cast("B")
     if view.shape[0] == 0:
         return pycudadrv_fnv1a64(NULL, 0)
     return pycudadrv_fnv1a64(&view[0], view.shape[0])

@@ -1,0 +1,57 @@
+"""pycudadrv: launch CUDA kernels from Python at the driver's own speed.
+
+A Cython layer over the CUDA driver API (``cuda.h``). ``import pycudadrv``
+never touches the driver; the first call that needs CUDA loads
+``libcuda.so.1`` and raises :class:`CudaUnavailableError` if it cannot.
+
+>>> import numpy as np, pycudadrv as cd
+>>> mod = cd.compile(r'''
+... extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
+...     int i = blockIdx.x * blockDim.x + threadIdx.x;
+...     if (i < n) y[i] = a * x[i] + y[i];
+... }''').load()
+>>> x = cd.Buffer.from_numpy(np.arange(4, dtype=np.float32))
+>>> y = cd.Buffer.from_numpy(np.ones(4, dtype=np.float32))
+>>> mod.function("saxpy").launch(1, 32, y, x, 2.0, 4)
+>>> y.to_numpy()
+array([1., 3., 5., 7.], dtype=float32)
+
+Every exception pycudadrv raises on purpose derives from :class:`Error`.
+"""
+try:
+    from pycudadrv import _driver
+except ImportError as _e:  # pragma: no cover - a source tree that was never built
+    import os as _os
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    raise ImportError(
+        f"pycudadrv's compiled extensions are missing in {_here}: this is an unbuilt source tree. Build it in "
+        "place with `python -m pip install -e .` (or run from outside the checkout to use an installed "
+        f"pycudadrv). Original error: {_e}") from _e
+
+from pycudadrv import _errors, _device, _stream, _host, _memory, _marshal, _kernel, _launch, _module, _graph
+from pycudadrv import _env
+from pycudadrv import nvrtc, timestamps, dispatch, bench, profile  # noqa: F401
+
+from pycudadrv._errors import *  # noqa: F401,F403
+from pycudadrv._driver import *  # noqa: F401,F403
+from pycudadrv._device import *  # noqa: F401,F403
+from pycudadrv._stream import *  # noqa: F401,F403
+from pycudadrv._host import *  # noqa: F401,F403
+from pycudadrv._memory import *  # noqa: F401,F403
+from pycudadrv._marshal import *  # noqa: F401,F403
+from pycudadrv._kernel import *  # noqa: F401,F403
+from pycudadrv._launch import *  # noqa: F401,F403
+from pycudadrv._module import *  # noqa: F401,F403
+from pycudadrv._graph import *  # noqa: F401,F403
+from pycudadrv._attributes import DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES
+from pycudadrv.nvrtc import *  # noqa: F401,F403
+from pycudadrv.timestamps import *  # noqa: F401,F403
+from pycudadrv.dispatch import Dispatch, Encoder
+__version__ = "0.1.0"
+
+__all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_host.__all__,
+                  *_memory.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
+                  *_graph.__all__, *nvrtc.__all__, *timestamps.__all__,
+                  "Dispatch", "Encoder", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES",
+                  "__version__", "bench", "profile", "dispatch"})

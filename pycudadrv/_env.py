@@ -1,0 +1,79 @@
+"""Reading pycudadrv's environment variables, with one rule for every switch.
+
+A switch (``PYCUDADRV_PROFILE``, ``PYCUDADRV_TRACE``, ``PYCUDADRV_CACHE``,
+``PYCUDADRV_INDIRECT_SYNC``, ...) is on for ``1``, ``true``, ``yes``, ``on``
+and off for ``0``, ``false``, ``no``, ``off`` (any case, surrounding blanks
+ignored); unset or empty means its default. Any other value is not guessed:
+it warns once, naming the variable and the value, and the default applies.
+Pure Python.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+__all__ = ["env_flag", "env_int", "ENVIRONMENT_VARIABLES"]
+
+_TRUE = frozenset(("1", "true", "yes", "on"))
+_FALSE = frozenset(("0", "false", "no", "off"))
+_warned: set = set()
+
+#: Every variable pycudadrv reads, with what it does (``show_config()`` lists those set).
+ENVIRONMENT_VARIABLES = {
+    "PYCUDADRV_LIBCUDA": "path of the CUDA driver library (default libcuda.so.1)",
+    "PYCUDADRV_NVRTC": "path of libnvrtc (no fallback when set)",
+    "PYCUDADRV_NVJITLINK": "path of libnvJitLink (no fallback when set)",
+    "PYCUDADRV_CACHE": "0 disables the on-disk compile cache",
+    "PYCUDADRV_CACHE_DIR": "directory of the on-disk compile cache",
+    "PYCUDADRV_CACHE_MAX_BYTES": "size limit of the compile cache in bytes (least recently used entries go first)",
+    "PYCUDADRV_PROFILE": "1: per-kernel time table at exit",
+    "PYCUDADRV_TRACE": "1: synchronise and print after every launch",
+    "PYCUDADRV_NVTX": "1: NVTX ranges for passes, dispatches and profiled launches",
+    "PYCUDADRV_PERSISTENT_BLOCKS": "blocks of a persistent indirect dispatch",
+    "PYCUDADRV_INDIRECT_SYNC": "1: indirect dispatch reads the counts back (debug)",
+    "PYCUDADRV_INDIRECT_TRACE": "1: print the kernel of every indirect dispatch",
+    "PYCUDADRV_GRAPH_DOT": "path: write every instantiated graph as DOT (a {n} in the path is numbered)",
+    "PYCUDADRV_ALLOC_TRACE": "1: report allocations and host uploads attempted while a stream captures",
+    "PYCUDADRV_DEVICES": "comma-separated device ordinals pycudadrv may use (empty: an error)",
+    "PYCUDADRV_DEBUG": "1: log driver version, devices and init failures at start",
+    "PYCUDADRV_CUDNN": "0 turns the cuDNN integration off",
+}
+
+
+def _warn_once(name: str, value: str, what: str) -> None:
+    key = (name, value)
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(f"{name}={value!r} is not {what}; using the default", RuntimeWarning, stacklevel=3)
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """The switch ``name`` (see the module docstring for the accepted values)."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    _warn_once(name, raw, "a switch (use 1/0, true/false, yes/no, on/off)")
+    return default
+
+
+def env_int(name: str, default: int | None = None, minimum: int | None = None) -> int | None:
+    """The integer ``name``; unset or empty gives ``default``; a value that is
+    not an integer, or is below ``minimum``, warns once and gives ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = int(raw.strip(), 0)
+    except ValueError:
+        _warn_once(name, raw, "an integer")
+        return default
+    if minimum is not None and v < minimum:
+        _warn_once(name, raw, f"an integer >= {minimum}")
+        return default
+    return v

@@ -1,0 +1,167 @@
+"""Every exception pycudadrv raises on purpose, defined in one place.
+
+All of them derive from :class:`Error`, so ``except pycudadrv.Error`` catches
+whatever pycudadrv raised deliberately; each also derives from the builtin a
+Python programmer would expect (``TypeError`` for a value of the wrong kind,
+``ValueError`` for one out of range, ``RuntimeError`` for a failed call, ...),
+so code written against the builtins keeps working.
+
+Errors that come from a driver (or NVRTC, nvJitLink, cuDNN) call carry that
+call's result code in ``.code``; it survives every re-raise because pycudadrv
+always raises ``from`` the original error. Pure Python: importable without a
+driver or a built extension.
+"""
+from __future__ import annotations
+
+__all__ = [
+    "Error", "CudaError", "OutOfMemoryError", "CudaUnavailableError", "NotSupportedError",
+    "ArgumentTypeError", "ArgumentValueError", "ArgumentIndexError", "ClosedError", "StateError",
+    "CaptureError", "EventNotRecordedError", "NotReadyError", "GraphUpdateError", "BufferInUseError",
+]
+
+#: ``CUDA_ERROR_OUT_OF_MEMORY``: a CudaError with this code is also a MemoryError.
+CUDA_ERROR_OUT_OF_MEMORY = 2
+
+
+class Error(Exception):
+    """Base class of every exception pycudadrv raises on purpose.
+
+    ``code`` is the result code of the library call behind the error (a
+    ``CUresult``, ``nvrtcResult``, ...) or None when pycudadrv refused the
+    request itself."""
+
+    code: int | None = None
+
+
+class CudaError(Error, RuntimeError):
+    """A CUDA driver call failed.
+
+    Attributes
+    ----------
+    code : int
+        The ``CUresult`` value.
+    name : str
+        Its name, e.g. ``"CUDA_ERROR_INVALID_VALUE"``.
+    description : str
+        The driver's text for it (``cuGetErrorString``).
+    call : str
+        The driver function that failed, e.g. ``"cuMemAlloc"``.
+    context : str
+        What pycudadrv was doing (kernel, grid, block, ...), may be empty.
+    """
+
+    def __new__(cls, code=0, *args, **kwargs):
+        # CUDA_ERROR_OUT_OF_MEMORY is also a MemoryError, whatever made it.
+        if cls is CudaError and code == CUDA_ERROR_OUT_OF_MEMORY:
+            cls = OutOfMemoryError
+        return super().__new__(cls)
+
+    def __init__(self, code, name, description, call, context=""):
+        self.code = int(code)
+        self.name = name
+        self.description = description
+        self.call = call
+        self.context = context
+        msg = f"{name} ({self.code}): {description} [in {call}]"
+        if context:
+            msg += f"\n{context}"
+        super().__init__(msg)
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.name, self.description, self.call, self.context))
+
+
+class OutOfMemoryError(CudaError, MemoryError):
+    """``CUDA_ERROR_OUT_OF_MEMORY``: device (or pinned host) memory is exhausted.
+    The message gives the bytes asked for and the bytes free where known."""
+
+
+class CudaUnavailableError(CudaError):
+    """CUDA cannot be used here: the driver library is missing, there is no
+    device, or the driver is older than pycudadrv supports. The message says
+    which, with the versions involved; ``code``/``name`` hold the driver's
+    result when a driver call (``cuInit``) said so, else -1 / ``"unavailable"``."""
+
+    def __new__(cls, *args, **kwargs):
+        return Exception.__new__(cls)
+
+    def __init__(self, message, code=-1, name="unavailable", call="", context=""):
+        self.code = int(code)
+        self.name = name
+        self.description = message
+        self.call = call
+        self.context = context
+        RuntimeError.__init__(self, message)
+
+    def __reduce__(self):
+        return (type(self), (self.description, self.code, self.name, self.call, self.context))
+
+
+class NotSupportedError(Error, RuntimeError):
+    """The device, driver or library cannot do what was asked (thread-block
+    clusters below sm_90, conditional graph nodes on an old driver, ...).
+    ``code`` is the driver's result when a driver call said so."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.code))
+
+
+class ArgumentTypeError(Error, TypeError):
+    """A value of the wrong type, kind or width: the message names the kernel
+    or function, the parameter, what it takes and what was given."""
+
+
+class ArgumentValueError(Error, ValueError):
+    """A value outside what is allowed (a range, a limit, a size): the message
+    names the limit and the value."""
+
+
+class ArgumentIndexError(Error, IndexError):
+    """An index outside ``[0, count)``; the message gives both."""
+
+
+class ClosedError(Error, ValueError):
+    """An object used after ``close()`` (a buffer, a view of a closed buffer,
+    a stream, an event, an unloaded module's function, a closed graph)."""
+
+
+class StateError(Error, RuntimeError):
+    """An object used in a state that forbids the call (a graph before its
+    capture ended, an event never recorded, results read inside an open pass)."""
+
+
+class EventNotRecordedError(StateError, ValueError):
+    """An event used (waited on, queried, timed) before it was ever recorded."""
+
+
+class CaptureError(StateError):
+    """A call that would invalidate, or cannot be part of, a stream capture
+    in progress (a host synchronisation, pageable host memory, an allocation
+    outside the capture); the message says how to do it instead."""
+
+
+class NotReadyError(StateError):
+    """The GPU has not finished the work whose results were asked for
+    without blocking (``Timestamps.read(blocking=False)``)."""
+
+
+class GraphUpdateError(Error, RuntimeError):
+    """The driver refused to update an instantiated graph; the message says
+    why and ``code`` holds the driver's result (None when pycudadrv refused
+    before asking the driver)."""
+
+    def __init__(self, message, code=None):
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.code))
+
+
+class BufferInUseError(Error, BufferError):
+    """Memory cannot be released while views of it are alive (numpy arrays
+    over a :class:`HostBuffer`)."""

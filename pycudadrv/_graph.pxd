@@ -1,0 +1,25 @@
+from pycudadrv._cuda cimport *
+from pycudadrv._stream cimport Stream, Capture
+
+cdef class CapturedGraph:
+    cdef CUgraph _graph
+    cdef CUgraphExec _exec
+    cdef Stream _stream
+    cdef readonly str mode
+    cdef readonly bint pdl
+    cdef Capture _capture            # while the `with` block runs
+    cdef list _held                  # objects the graph keeps alive
+    cdef list _kernels               # per captured launch: (node, fn, grid, block, shmem, args, devnode)
+    cdef list _roots                 # allocations whose frees wait until the graph is closed
+    cdef list _launch_streams        # streams it was launched on (frees of held memory wait for them)
+    cdef Stream _last_launch
+    cdef list _after_end             # callables run on the ended graph before it is instantiated
+    cdef bint _closed
+    cdef bint _upload_first          # device-updatable nodes: cuGraphUpload before every launch
+    cdef int _n_nodes
+
+    cdef int _ready(self) except -1
+    # Take over an ended capture's graph: hold its buffers, run the after-end
+    # hooks, instantiate (and upload). `g` is owned from here on.
+    cdef int adopt(self, CUgraph g, Capture c) except -1
+    cdef int _release(self, bint raise_errors) except -1

@@ -1,0 +1,343 @@
+# cython: language_level=3
+"""CUDA graph capture and replay (``with stream.capture() as graph``), built on
+the stream's Capture state."""
+cimport cython
+from libc.stdint cimport uintptr_t
+from libc.stdlib cimport free
+from libc.string cimport memset
+from pycudadrv._cuda cimport *
+from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
+from pycudadrv._driver_api cimport pycudadrv_driver_api
+from pycudadrv._stream cimport Stream, Capture, begin_capture, resolve_stream
+from pycudadrv._memory cimport Buffer
+from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, pycudadrv_arena,
+                                 pycudadrv_arena_init, pycudadrv_arena_release)
+from pycudadrv._launch cimport Function, launch_releases_gil
+
+import os
+import threading
+from pycudadrv._errors import (ArgumentIndexError, ArgumentTypeError, ArgumentValueError, GraphUpdateError,
+                               StateError, CudaError)
+
+__all__ = ["CapturedGraph", "GraphUpdateError"]
+
+cdef int _dot_count = 0
+_dot_lock = threading.Lock()
+
+
+def _dot_path():
+    """The DOT file for the next instantiated graph under PYCUDADRV_GRAPH_DOT, or None."""
+    global _dot_count
+    pattern = os.environ.get("PYCUDADRV_GRAPH_DOT")
+    if not pattern:
+        return None
+    with _dot_lock:
+        n = _dot_count
+        _dot_count += 1
+    if "{n}" in pattern:
+        return pattern.replace("{n}", str(n))
+    root, ext = os.path.splitext(pattern)
+    return pattern if n == 0 else f"{root}-{n}{ext or '.dot'}"
+
+
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
+cdef class CapturedGraph:
+    """A CUDA graph captured from a stream, instantiated for replay.
+
+    Made by ``with stream.capture(mode, pdl=False) as graph:``. While the
+    block runs, every launch and copy on the stream is recorded (not
+    executed); on a normal exit the graph is instantiated. Then:
+
+    * ``graph.launch(stream=None)`` replays it with one ``cuGraphLaunch``
+      (on the capture stream by default);
+    * ``graph.upload(stream=None)`` pre-uploads it (``cuGraphUpload``);
+    * ``graph.set_kernel_args(i, *args)`` changes the arguments of the i-th
+      captured kernel launch without re-capture
+      (``cuGraphExecKernelNodeSetParams``), whole or not at all;
+    * ``graph.debug_dot(path)`` writes the driver's DOT description
+      (``PYCUDADRV_GRAPH_DOT=path`` does it for every graph at instantiation).
+
+    Lifetimes: the graph keeps alive every Buffer, host array and object its
+    captured work was given; a ``close()`` of such a Buffer meanwhile only
+    marks it closed, and the memory is freed when the graph is closed (after
+    the work of every stream the graph was launched on). Memory allocated
+    inside the capture is a graph memory node that the graph frees at its end,
+    so every replay starts and ends with the same memory. Host copies inside
+    the capture must come from pinned memory (HostBuffer), which the graph
+    keeps alive.
+
+    Raises
+    ------
+    ArgumentValueError
+        Unknown mode; the capture recorded nothing (empty capture).
+    StateError
+        The graph is used before the ``with`` block ended or after ``close()``.
+    CaptureError
+        The stream is already capturing.
+    CudaError
+        The driver refused to capture (e.g. an illegal call invalidated it).
+    """
+
+    def __cinit__(self, Stream stream not None, str mode="thread_local", *, bint pdl=False):
+        self._stream = stream
+        self.mode = mode
+        self.pdl = pdl
+        self._graph = NULL
+        self._exec = NULL
+        self._held = []
+        self._kernels = []
+        self._roots = []
+        self._launch_streams = []
+        self._after_end = []
+        self._closed = False
+
+    def __enter__(self):
+        if self._graph != NULL or self._exec != NULL or self._closed:
+            raise StateError("this CapturedGraph was already captured; call stream.capture() again")
+        self._capture = begin_capture(self._stream, self.mode, self.pdl, NULL)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        cdef Capture c = self._capture
+        cdef CUgraph g
+        self._capture = None
+        if c is None:
+            return False
+        if exc_type is not None:
+            # Discard whatever was captured; the stream is usable again.
+            c.end(True)
+            self._closed = True
+            return False
+        g = c.end(False)
+        self.adopt(g, c)
+        return False
+
+    cdef int adopt(self, CUgraph g, Capture c) except -1:
+        cdef pycudadrv_driver_api* d = driver()
+        cdef size_t n = 0
+        cdef CUresult r
+        self._graph = g
+        self._held = list(c.held)
+        self._kernels = list(c.kernels)
+        for obj in self._held:
+            if isinstance(obj, Buffer) and (<Buffer>obj)._root is not None:
+                (<Buffer>obj).add_hold()
+                self._roots.append(obj)
+        check(d.p_cuGraphGetNodes(g, NULL, &n), "cuGraphGetNodes")
+        if n == 0:
+            self._release(False)
+            self._closed = True
+            raise ArgumentValueError("empty capture: nothing was launched on the stream inside the `with` block")
+        self._n_nodes = <int>n
+        for hook in self._after_end:
+            hook(self)
+        self._stream.device.activate()
+        check(d.p_cuGraphInstantiateWithFlags(&self._exec, g, 0), "cuGraphInstantiateWithFlags")
+        self._upload_first = any(k[6] for k in self._kernels)
+        if self._upload_first:
+            check(d.p_cuGraphUpload(self._exec, self._stream._handle), "cuGraphUpload")
+        path = _dot_path()
+        if path is not None:
+            self.debug_dot(path)
+        return 0
+
+    def _add_after_end(self, hook):
+        """Run ``hook(graph)`` once the capture has ended, before instantiation."""
+        self._after_end.append(hook)
+
+    def _graph_handle(self):
+        return <uintptr_t>self._graph
+
+    cdef int _ready(self) except -1:
+        if self._closed:
+            raise StateError("graph is closed (or its capture failed)")
+        if self._capture is not None or self._exec == NULL:
+            raise StateError("graph is still being captured: launch it after the `with` block")
+        return 0
+
+    def launch(self, stream=None):
+        """Replay the graph (``cuGraphLaunch``) on ``stream`` (default: the
+        capture stream). Asynchronous, like a kernel launch."""
+        if self._exec == NULL or self._closed:
+            self._ready()
+        cdef Stream s = self._stream if stream is None else resolve_stream(stream, self._stream.device)
+        cdef CUresult r
+        cdef pycudadrv_driver_api* d = driver()
+        if s._closed:
+            s.ensure_open()
+        if s is not self._last_launch:
+            if s is not self._stream and s not in self._launch_streams:
+                self._launch_streams.append(s)
+            self._last_launch = s
+        s.device.activate()
+        if self._upload_first:
+            check(d.p_cuGraphUpload(self._exec, s._handle), "cuGraphUpload")
+        if launch_releases_gil():
+            with nogil:
+                r = d.p_cuGraphLaunch(self._exec, s._handle)
+        else:
+            r = d.p_cuGraphLaunch(self._exec, s._handle)
+        if r != CUDA_SUCCESS:
+            raise make_error(r, "cuGraphLaunch", f"replaying {self!r}")
+
+    def upload(self, stream=None):
+        """Upload the graph's work descriptors to the device ahead of the
+        first launch (``cuGraphUpload``)."""
+        self._ready()
+        cdef Stream s = self._stream if stream is None else resolve_stream(stream, self._stream.device)
+        s.device.activate()
+        check(driver().p_cuGraphUpload(self._exec, s._handle), "cuGraphUpload")
+
+    @property
+    def stream(self):
+        """The Stream the graph was captured on (the default launch stream)."""
+        return self._stream
+
+    @property
+    def num_nodes(self):
+        """Number of nodes in the captured graph (a conditional node counts as one)."""
+        return self._n_nodes
+
+    @property
+    def num_kernels(self):
+        """Number of kernel launches recorded during capture."""
+        return len(self._kernels)
+
+    def kernel(self, Py_ssize_t index):
+        """``(kernel name, grid, block, shared_mem_bytes, args)`` of the i-th captured launch."""
+        if index < 0 or index >= len(self._kernels):
+            raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
+                                     "out of range")
+        node, fn, grid, block, shmem, args, devnode = self._kernels[index]
+        return (fn.name, grid, block, shmem, args)
+
+    def set_kernel_args(self, Py_ssize_t index, *args):
+        """Replace all arguments of the ``index``-th captured kernel launch in
+        the instantiated graph (``cuGraphExecKernelNodeSetParams``); the next
+        ``launch()`` uses them. Arguments follow the same rules as
+        :meth:`Function.launch` and are kept alive by the graph. Either the
+        update applies whole or nothing changes.
+
+        Raises
+        ------
+        ArgumentIndexError
+            No such captured launch.
+        ArgumentTypeError
+            Wrong count or widths (checked before the driver).
+        GraphUpdateError
+            The driver refused the update (says why; ``code`` is its result),
+            or the node is unknown.
+        """
+        self._ready()
+        if index < 0 or index >= len(self._kernels):
+            raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
+                                     "out of range")
+        node, fn_obj, grid, block, shmem, old, devnode = self._kernels[index]
+        cdef Function fn = <Function>fn_obj
+        if node is None:
+            raise GraphUpdateError(
+                f"cannot update launch #{index} ('{fn.name}'): its graph node was not identified at capture "
+                "(needs cuStreamGetCaptureInfo from a CUDA 12.3+ driver and a linear capture)")
+        if len(args) != len(old):
+            raise ArgumentTypeError(f"kernel '{fn.name}' was captured with {len(old)} arguments, {len(args)} given")
+        fn.ensure_loaded()
+        cdef pycudadrv_arena arena
+        cdef ParamLayout lay = fn.layout
+        cdef ParamSpec* specs = lay.specs
+        cdef ParamSpec* inferred = NULL
+        cdef CUDA_KERNEL_NODE_PARAMS_v2 params
+        cdef CUresult r
+        pycudadrv_arena_init(&arena)
+        try:
+            if lay.n < 0:  # sizes of the captured arguments; the new ones must match them
+                specs = inferred = infer_layout(lay, old)
+            memset(&params, 0, sizeof(params))
+            params.func = fn._handle
+            params.gridDimX, params.gridDimY, params.gridDimZ = grid
+            params.blockDimX, params.blockDimY, params.blockDimZ = block
+            params.sharedMemBytes = shmem
+            params.kernelParams = marshal(&arena, lay, args, specs)
+            self._stream.device.activate()
+            r = driver().p_cuGraphExecKernelNodeSetParams(self._exec, <CUgraphNode><uintptr_t>node, &params)
+            if r != CUDA_SUCCESS:
+                err = make_error(r, "cuGraphExecKernelNodeSetParams",
+                                 f"updating launch #{index} ('{fn.name}') of {self!r}")
+                raise GraphUpdateError(f"the driver refused the update: {err}", code=r) from err
+        finally:
+            pycudadrv_arena_release(&arena)
+            free(inferred)
+        self._held.extend(args)
+        for a in args:
+            if isinstance(a, Buffer):
+                (<Buffer>a).add_hold()
+                self._roots.append(a)
+        self._kernels[index] = (node, fn, grid, block, shmem, tuple(args), devnode)
+
+    def debug_dot(self, path, bint verbose=True):
+        """Write the driver's DOT description of the graph to ``path``
+        (``cuGraphDebugDotPrint``); returns the path."""
+        if self._graph == NULL:
+            raise StateError("no graph captured")
+        cdef bytes p = os.fsencode(os.fspath(path))
+        check(driver().p_cuGraphDebugDotPrint(self._graph, p, 1 if verbose else 0), "cuGraphDebugDotPrint")
+        return path
+
+    cdef int _release(self, bint raise_errors) except -1:
+        """Let go of the held allocations: frees wait for every stream the graph ran on."""
+        cdef Buffer b
+        roots, self._roots = self._roots, []
+        streams, self._launch_streams = self._launch_streams, []
+        for obj in roots:
+            b = <Buffer>obj
+            try:
+                for s in streams:
+                    b.note_use(<Stream>s)
+                b.note_use(self._stream)
+                b.release_hold()
+            except Exception as e:
+                if raise_errors:
+                    raise
+                warn_dealloc_failure("CapturedGraph", e)
+        self._held = []
+        return 0
+
+    def close(self):
+        """Destroy the executable graph and the graph (``cuGraphExecDestroy``,
+        ``cuGraphDestroy``) and release the held buffers (their deferred frees
+        run, ordered after the graph's launches). A second close is a no-op.
+
+        Raises StateError while the graph is being captured."""
+        if self._capture is not None:
+            raise StateError("cannot close a graph while it is being captured")
+        cdef pycudadrv_driver_api* d
+        if self._exec != NULL or self._graph != NULL:
+            d = driver()
+            self._stream.device.activate()
+            if self._exec != NULL:
+                check(d.p_cuGraphExecDestroy(self._exec), "cuGraphExecDestroy")
+                self._exec = NULL
+            if self._graph != NULL:
+                check(d.p_cuGraphDestroy(self._graph), "cuGraphDestroy")
+                self._graph = NULL
+        self._closed = True
+        self._release(True)
+
+    def __dealloc__(self):
+        cdef pycudadrv_driver_api* d
+        try:
+            if self._exec != NULL or self._graph != NULL:
+                d = driver()
+                if self._exec != NULL:
+                    d.p_cuGraphExecDestroy(self._exec)
+                if self._graph != NULL:
+                    d.p_cuGraphDestroy(self._graph)
+            self._release(False)
+        except Exception as e:
+            warn_dealloc_failure("CapturedGraph", e)
+
+    def __repr__(self):
+        state = ("capturing" if self._capture is not None else "closed" if self._closed else
+                 "instantiated" if self._exec != NULL else "empty")
+        return (f"<CapturedGraph mode={self.mode!r}{' pdl' if self.pdl else ''} on stream "
+                f"0x{<uintptr_t>self._stream._handle:x}, {state}, {len(self._kernels)} kernel launches>")

@@ -1,0 +1,180 @@
+# cython: language_level=3
+"""Page-locked (pinned) host memory."""
+cimport cython
+from libc.stdint cimport uintptr_t
+from pycudadrv._cuda cimport *
+from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
+from pycudadrv._driver_api cimport pycudadrv_driver_api
+from pycudadrv._device cimport Device, as_device
+
+import numpy as np
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, BufferInUseError, ClosedError
+
+__all__ = ["HostBuffer", "shape_and_nbytes"]
+
+
+cdef bint is_pinned(const void* ptr) except -1:
+    cdef unsigned int kind = 0
+    if ptr == NULL:
+        return False
+    cdef CUresult r = driver().p_cuPointerGetAttribute(&kind, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                                      <CUdeviceptr><uintptr_t>ptr)
+    return r == CUDA_SUCCESS and kind == CU_MEMORYTYPE_HOST
+
+
+def shape_and_nbytes(shape, dtype):
+    """``(shape tuple, numpy dtype or None, nbytes)`` for ``shape`` (an int or
+    a sequence of ints) elements of ``dtype`` (bytes when None).
+
+    Raises ArgumentTypeError for a shape that is not ints and
+    ArgumentValueError for a negative dimension."""
+    import operator
+    dt = np.dtype(dtype) if dtype is not None else None
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ArgumentTypeError(f"shape must be an int or a tuple of ints, got {shape!r}")
+    try:
+        shape = tuple(operator.index(s) for s in shape)
+    except TypeError:
+        raise ArgumentTypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise ArgumentValueError(f"negative dimension in shape {shape}")
+    count = 1
+    for s in shape:
+        count *= s
+    return shape, dt, count * (dt.itemsize if dt is not None else 1)
+
+
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
+cdef class HostBuffer:
+    """Page-locked (pinned) host memory (``cuMemHostAlloc``), exposed as a numpy array.
+
+    Copies between a pinned buffer and a device Buffer are truly asynchronous
+    (``cuMemcpyHtoDAsync``/``cuMemcpyDtoHAsync`` return at once and overlap
+    with kernels on other streams), and they may be captured into a graph
+    (the graph keeps the pinned memory alive); copies from ordinary pageable
+    numpy memory are synchronous with respect to the host.
+
+    >>> h = HostBuffer.empty((1024,), np.float32)
+    >>> h.array[:] = 1.0
+    >>> d_buf.write(h.array, stream=s)        # returns immediately
+
+    ``close()`` frees the memory (``cuMemFreeHost``); it raises
+    BufferInUseError while numpy arrays made from it are still alive, so freed
+    memory can never be read through them.
+    """
+
+    def __init__(self, *args, **kwargs):
+        raise ArgumentTypeError("create pinned memory with HostBuffer.empty(shape, dtype)")
+
+    @staticmethod
+    def empty(shape, dtype=np.uint8, *, device=None):
+        """Pinned host memory of ``shape`` elements of ``dtype`` (uninitialised).
+
+        Raises OutOfMemoryError (a CudaError and a MemoryError) when the
+        pinned allocation fails."""
+        shape, dt, nbytes = shape_and_nbytes(shape, dtype)
+        cdef HostBuffer h = HostBuffer.__new__(HostBuffer)
+        cdef Device dev = as_device(device)
+        h.device = dev
+        h._dtype = dt
+        h._shape = shape
+        h._nbytes = nbytes
+        if nbytes:
+            dev.activate()
+            check(driver().p_cuMemHostAlloc(&h._ptr, nbytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc")
+        return h
+
+    @property
+    def nbytes(self):
+        """Size in bytes."""
+        return self._nbytes
+
+    @property
+    def dtype(self):
+        """Element type (numpy dtype)."""
+        return self._dtype
+
+    @property
+    def shape(self):
+        """Element shape (tuple)."""
+        return self._shape
+
+    @property
+    def closed(self):
+        """Whether :meth:`close` freed the memory."""
+        return self._closed
+
+    @property
+    def ptr(self):
+        """Host address as int. Raises ClosedError after close."""
+        if self._closed:
+            raise ClosedError("host buffer is closed")
+        return <uintptr_t>self._ptr
+
+    @property
+    def array(self):
+        """A numpy array over the pinned memory (no copy; keeps this buffer alive)."""
+        if self._closed:
+            raise ClosedError("host buffer is closed")
+        return np.frombuffer(self, dtype=self._dtype).reshape(self._shape)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if self._closed:
+            raise ClosedError("host buffer is closed")
+        self._shape1[0] = <Py_ssize_t>self._nbytes
+        self._strides1[0] = 1
+        view.buf = self._ptr if self._ptr != NULL else <void*>&self._shape1[0]
+        view.obj = self
+        view.len = self._nbytes
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = "B"
+        view.ndim = 1
+        view.shape = self._shape1
+        view.strides = self._strides1
+        view.suboffsets = NULL
+        view.internal = NULL
+        self._exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self._exports -= 1
+
+    def close(self):
+        """Free the pinned memory (``cuMemFreeHost``). A second close is a no-op.
+
+        Raises BufferInUseError while arrays made from it are alive (a graph
+        that copies from it holds one)."""
+        if self._closed:
+            return
+        if self._exports:
+            raise BufferInUseError(f"HostBuffer.close(): {self._exports} numpy view(s) of it are still alive")
+        self._closed = True
+        if self._ptr != NULL:
+            p = <uintptr_t>self._ptr
+            self._ptr = NULL
+            check(driver().p_cuMemFreeHost(<void*>p), "cuMemFreeHost")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __dealloc__(self):
+        cdef CUresult r
+        if not self._closed and self._ptr != NULL:
+            try:
+                r = driver().p_cuMemFreeHost(self._ptr)
+                if r != CUDA_SUCCESS:
+                    warn_dealloc_failure("HostBuffer", make_error(r, "cuMemFreeHost"))
+            except Exception as e:
+                warn_dealloc_failure("HostBuffer", e)
+
+    def __repr__(self):
+        if self._closed:
+            return "<HostBuffer closed>"
+        return f"<HostBuffer pinned, {self._nbytes} bytes, dtype={self._dtype}, shape={self._shape}>"

@@ -1,0 +1,53 @@
+from libc.stdint cimport uint32_t, uintptr_t
+from pycudadrv._cuda cimport *
+from pycudadrv._driver cimport Lifetime
+from pycudadrv._kernel cimport KernelBase
+from pycudadrv._device cimport Device
+from pycudadrv._stream cimport Stream
+from pycudadrv._marshal cimport ParamLayout, ParamSpec, pycudadrv_arena
+
+cdef class Function(KernelBase):
+    cdef readonly object module
+    cdef Stream _default_stream
+    cdef ParamLayout layout
+
+cdef class LaunchConfig:
+    cdef unsigned int grid[3]
+    cdef unsigned int block[3]
+    cdef unsigned int shared_mem_bytes
+    cdef bint cooperative
+    cdef bint programmatic
+    cdef unsigned int cluster[3]
+    cdef bint use_ex
+
+cdef class PreparedLaunch:
+    cdef Function fn
+    cdef Stream _stream
+    cdef LaunchConfig config
+    cdef pycudadrv_arena arena
+    cdef pycudadrv_arena scratch    # same layout as `arena`: a rebind is packed here first, then copied
+    cdef bint _has_scratch
+    cdef void** kernel_params
+    cdef ParamSpec* specs           # layout used (the function's, or inferred at bind)
+    cdef int n
+    cdef list _held                 # the Python objects currently bound, kept alive
+    cdef list _watch                # the bound Buffers: each launch checks they are still open
+    cdef CUlaunchConfig ex_config
+    cdef CUlaunchAttribute ex_attrs[4]
+
+    cdef int _launch(self) except -1
+    cdef int _check_bound(self) except -1
+    cdef int _ensure_scratch(self) except -1
+
+# The one place kernels are launched (cuLaunchKernel, or cuLaunchKernelEx when the
+# configuration has launch attributes or the stream's capture asks for PDL or a
+# device-updatable node). Checks the result, records the launch in the stream's
+# capture and returns the device-updatable node handle (0 unless asked for).
+cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigned int* block, unsigned int shmem,
+                            Stream s, void** kp, LaunchConfig lc, object args, bint device_updatable) except? 1
+
+# Whether launches release the GIL around the driver call (set_release_gil).
+cdef bint launch_releases_gil() noexcept
+
+cdef Function make_function(CUfunction handle, str name, object module, Device device, object layout,
+                            str layout_source, Lifetime module_life)

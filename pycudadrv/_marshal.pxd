@@ -1,0 +1,62 @@
+from libc.stdint cimport uint32_t
+from pycudadrv._cuda cimport *
+from pycudadrv._device cimport Device
+
+cdef extern from "pycudadrv/arena.h" nogil:
+    ctypedef struct pycudadrv_arena:
+        uint32_t n_params
+        uint32_t n_slots
+    void pycudadrv_arena_init(pycudadrv_arena* a)
+    void pycudadrv_arena_release(pycudadrv_arena* a)
+    void pycudadrv_arena_reset(pycudadrv_arena* a)
+    int pycudadrv_arena_is_spilled(const pycudadrv_arena* a)
+    unsigned char* pycudadrv_arena_push(pycudadrv_arena* a, size_t nbytes)
+    unsigned char* pycudadrv_arena_at(pycudadrv_arena* a, uint32_t i)
+    void** pycudadrv_arena_finish(pycudadrv_arena* a)
+    size_t pycudadrv_arena_slot_bytes(const pycudadrv_arena* a)
+    int pycudadrv_arena_copy_slots(pycudadrv_arena* dst, const pycudadrv_arena* src)
+
+# The kinds of kernel parameter: which Python values a parameter accepts and how
+# they become bytes (the one definition; pycudadrv._signature uses it too).
+cpdef enum ParamKind:
+    ANY = 0        # size known only (cuFuncGetParamInfo)
+    INT = 1        # signed integer of `size` bytes
+    UINT = 2       # unsigned integer of `size` bytes
+    FLOAT = 3      # IEEE float of `size` bytes (2 = half)
+    POINTER = 4    # device pointer (8 bytes)
+    BYTES = 5      # raw bytes: structs, arrays, vector types
+    INTEGER = 6    # integer of `size` bytes, signedness unknown (PTX)
+
+ctypedef struct ParamSpec:
+    int kind
+    size_t size
+    size_t offset
+
+# What decides a kernel's argument bytes: each parameter's kind, size and
+# offset (n = -1 when unknown: sizes then come from the values), the kernel's
+# name and device (for messages and peer checks) and the parameter-space limit.
+cdef class ParamLayout:
+    cdef ParamSpec* specs
+    cdef readonly int n
+    cdef readonly str name
+    cdef readonly Device device
+    cdef size_t limit
+    cdef readonly str source
+    cdef object params           # list of pycudadrv._signature.Param, or None
+
+    cdef int set(self, object layout, str source) except -1
+
+cdef ParamLayout new_layout(str name, Device device, size_t limit)
+
+# Write argument `a` for parameter `p` (index i) into `dst` (at least p.size
+# bytes, zeroed). Raises ArgumentTypeError/ArgumentValueError naming the kernel,
+# the parameter and the value.
+cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1
+# Marshal every argument for specs[i] into a freshly initialised arena; returns
+# the void* array for cuLaunchKernel.
+cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs) except NULL
+# Layout unknown: parameter sizes from the values (malloc'd, the caller frees),
+# checked against the parameter-space limit.
+cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL
+cdef str describe_value(object a)
+cdef str args_summary(tuple args)

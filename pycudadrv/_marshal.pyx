@@ -1,0 +1,546 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Kernel-parameter marshalling: parameter kinds and layouts, the argument
+arena, and the value-to-bytes rules (width, kind, range and contiguity checks)."""
+cimport cython
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, uintptr_t, INT64_MIN
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy, memset, memcmp
+from cpython.object cimport Py_TYPE
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
+from cpython.float cimport PyFloat_AS_DOUBLE
+
+from pycudadrv._cuda cimport *
+from pycudadrv._device cimport Device, peer_enabled
+from pycudadrv._memory cimport Buffer, cai_data_pointer, cai_is_contiguous
+
+import numpy as np
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
+
+__all__ = ["ParamKind", "ParamLayout", "pack_arguments", "data_pointer", "PARAM_LIMIT_CLASSIC",
+           "PARAM_LIMIT_LARGE", "FLOAT32_MAX"]
+
+#: Bytes of kernel parameters every driver accepts, and what CUDA 12.1+ drivers accept on Volta and newer.
+PARAM_LIMIT_CLASSIC = 4096
+PARAM_LIMIT_LARGE = 32764
+#: The largest finite float32 (values beyond it would become inf).
+FLOAT32_MAX = 3.4028234663852886e38
+cdef double _F32_MAX = FLOAT32_MAX
+cdef double _F16_LIMIT = 65520.0      # half-precision values at or beyond this round to inf
+
+cdef tuple KIND_TEXT = ("parameter", "integer parameter", "unsigned integer parameter",
+                        "floating-point parameter", "pointer parameter", "struct/bytes parameter",
+                        "integer parameter")
+
+
+# --- numpy scalar fast path ---------------------------------------------------------------
+# A numpy scalar of a fixed-size builtin type stores its value right after the object
+# header (numpy's arrayscalars.h: PyObject_HEAD then `obval`). The offset of each type is
+# verified at import against the value's tobytes(); a type that does not verify, or that
+# is not in the table, goes through the buffer protocol instead.
+cdef enum:
+    _NP_MAX = 16
+cdef void* _np_type[_NP_MAX]
+cdef Py_ssize_t _np_size[_NP_MAX]
+cdef Py_ssize_t _np_offset[_NP_MAX]
+cdef bint _np_is_float[_NP_MAX]     # float or complex
+cdef bint _np_is_complex[_NP_MAX]
+cdef int _n_np = 0
+
+
+def _init_numpy_fast_path():
+    global _n_np
+    cdef object v
+    cdef bytes expect
+    cdef Py_ssize_t off
+    samples = [(np.bool_, True), (np.int8, -7), (np.uint8, 201), (np.int16, -12345), (np.uint16, 54321),
+               (np.int32, -123456789), (np.uint32, 3123456789), (np.int64, -1234567890123),
+               (np.uint64, 12345678901234567890), (np.float16, 1.5), (np.float32, -2.75),
+               (np.float64, 3.141592653589793), (np.complex64, 1.5 - 2.5j), (np.complex128, -0.5 + 0.25j)]
+    _n_np = 0
+    for t, sample in samples:
+        v = t(sample)
+        expect = np.asarray(v).tobytes()
+        for off in (16, 24, 32):
+            if memcmp(<char*><void*>v + off, <char*>expect, len(expect)) == 0:
+                _np_type[_n_np] = <void*>Py_TYPE(v)
+                _np_size[_n_np] = len(expect)
+                _np_offset[_n_np] = off
+                _np_is_float[_n_np] = v.dtype.kind in "fc"
+                _np_is_complex[_n_np] = v.dtype.kind == "c"
+                _n_np += 1
+                break
+    return _n_np
+
+
+_init_numpy_fast_path()
+
+
+cdef inline int _np_index(object a) noexcept:
+    cdef void* t = <void*>Py_TYPE(a)
+    cdef int k
+    for k in range(_n_np):
+        if _np_type[k] == t:
+            return k
+    return -1
+
+
+cdef ParamLayout new_layout(str name, Device device, size_t limit):
+    cdef ParamLayout lay = ParamLayout.__new__(ParamLayout)
+    lay.name = name
+    lay.device = device
+    lay.limit = limit
+    lay.n = -1
+    lay.specs = NULL
+    lay.source = "unknown"
+    return lay
+
+
+@cython.no_gc_clear
+cdef class ParamLayout:
+    """A kernel's parameter layout as the marshaller uses it (internal; see
+    :attr:`Function.param_layout` for the public view)."""
+
+    def __dealloc__(self):
+        if self.specs != NULL:
+            free(self.specs)
+            self.specs = NULL
+
+    cdef int set(self, object layout, str source) except -1:
+        cdef int n = len(layout)
+        cdef int k
+        for k, prm in enumerate(layout):
+            if not (0 <= prm.kind <= INTEGER) or prm.size <= 0 or prm.size > PARAM_LIMIT_LARGE or prm.offset < 0:
+                raise ArgumentValueError(f"kernel '{self.name}': invalid parameter #{k} in layout: {prm!r}")
+        cdef ParamSpec* p = <ParamSpec*>malloc(max(n, 1) * sizeof(ParamSpec))
+        if p == NULL:
+            raise MemoryError()
+        for k, prm in enumerate(layout):
+            p[k].kind = prm.kind
+            p[k].size = prm.size
+            p[k].offset = prm.offset
+        try:
+            _check_param_space(self, p, n, False)
+        except BaseException:
+            free(p)
+            raise
+        if self.specs != NULL:
+            free(self.specs)
+        self.specs = p
+        self.n = n
+        self.params = list(layout)
+        self.source = source
+        return 0
+
+
+cdef str describe_value(object a):
+    if isinstance(a, Buffer):
+        return f"Buffer({(<Buffer>a)._nbytes} bytes)"
+    if isinstance(a, np.generic):
+        return f"{type(a).__name__}({a!r})" if not isinstance(a, np.void) else f"struct {a.dtype}"
+    if isinstance(a, (bytes, bytearray, memoryview)):
+        return f"{type(a).__name__}[{len(a)}]"
+    r = repr(a)
+    return f"{type(a).__name__} {r[:40]}"
+
+
+cdef str args_summary(tuple args):
+    return "[" + ", ".join(describe_value(a) for a in args[:16]) + (", ..." if len(args) > 16 else "") + "]"
+
+
+cdef object _arg_error(ParamLayout lay, Py_ssize_t i, ParamSpec* p, object a, str why, type cls=ArgumentTypeError):
+    what = f"{p.size}-byte {KIND_TEXT[p.kind]}" if p != NULL else "parameter"
+    return cls(f"kernel '{lay.name}', parameter #{i} ({what}): {why}; got {describe_value(a)}")
+
+
+cdef int _check_device(Buffer b, ParamLayout lay, Py_ssize_t i) except -1:
+    if b.device is None or lay.device is None or b.device.ordinal == lay.device.ordinal:
+        return 0
+    if not peer_enabled(lay.device.ordinal, b.device.ordinal):
+        raise ArgumentValueError(
+            f"kernel '{lay.name}' (device {lay.device.ordinal}), parameter #{i}: the Buffer lives on device "
+            f"{b.device.ordinal}; call Device({lay.device.ordinal}).enable_peer_access(Device("
+            f"{b.device.ordinal})) or copy it to device {lay.device.ordinal} first")
+    return 0
+
+
+cdef int _int_range_error(ParamLayout lay, Py_ssize_t i, ParamSpec* p, object a) except -1:
+    kind = p.kind
+    bits = 8 * int(p.size)
+    sign = "signed " if kind == INT else ("unsigned " if kind == UINT else "")
+    if kind == INT:
+        rng = f"[{-(1 << (bits - 1))}, {(1 << (bits - 1)) - 1}]"
+    elif kind == UINT:
+        rng = f"[0, {(1 << bits) - 1}]"
+    else:
+        rng = f"[{-(1 << (bits - 1))}, {(1 << bits) - 1}]"
+    raise _arg_error(lay, i, p, a, f"value out of range for a {bits}-bit {sign}integer {rng}")
+
+
+cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
+    cdef int overflow = 0
+    cdef long long v = PyLong_AsLongLongAndOverflow(a, &overflow)
+    cdef unsigned long long u = 0
+    cdef size_t size = p.size
+    cdef int kind = p.kind
+    if kind == FLOAT:
+        try:
+            x = float(a)
+        except OverflowError:
+            raise _arg_error(lay, i, p, a, f"value out of range for a {size * 8}-bit float",
+                             ArgumentTypeError) from None
+        return _pack_float(x, lay, i, p, dst, a)
+    if kind == BYTES:
+        raise _arg_error(lay, i, p, a, "a Python int cannot fill a struct parameter; pass a numpy structured "
+                         "scalar or bytes of the exact size")
+    if kind == POINTER and (overflow < 0 or (overflow == 0 and v < 0)):
+        raise _arg_error(lay, i, p, a, "a raw device pointer must be >= 0")
+    if overflow > 0:
+        if size != 8 or kind == INT:
+            return _int_range_error(lay, i, p, a)
+        try:
+            u = PyLong_AsUnsignedLongLong(a)
+        except OverflowError:
+            return _int_range_error(lay, i, p, a)
+        memcpy(dst, &u, 8)
+        return 0
+    if overflow < 0:
+        return _int_range_error(lay, i, p, a)
+    # range of the width: signed for INT, unsigned for UINT/POINTER, either for ANY/INTEGER
+    cdef long long lo, hi
+    if size == 1:
+        lo, hi = (-128 if kind != UINT else 0), (127 if kind == INT else 255)
+    elif size == 2:
+        lo, hi = (-32768 if kind != UINT else 0), (32767 if kind == INT else 65535)
+    elif size == 4:
+        lo, hi = (-2147483648LL if kind != UINT else 0), (2147483647LL if kind == INT else 4294967295LL)
+    elif size == 8:
+        lo = INT64_MIN if kind != UINT else 0
+        hi = 9223372036854775807LL
+    else:
+        raise _arg_error(lay, i, p, a, "a Python int fits 1-, 2-, 4- or 8-byte parameters only")
+    if v < lo or v > hi:
+        return _int_range_error(lay, i, p, a)
+    if size == 8:
+        memcpy(dst, &v, 8)
+    elif size == 4:
+        (<uint32_t*>dst)[0] = <uint32_t>v
+    elif size == 2:
+        (<uint16_t*>dst)[0] = <uint16_t>v
+    else:
+        dst[0] = <uint8_t>v
+    return 0
+
+
+cdef int _pack_float(double x, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst, object a) except -1:
+    cdef float f
+    cdef uint16_t h = 0
+    cdef int kind = p.kind
+    if kind == FLOAT or kind == ANY:
+        if p.size == 4:
+            if x != x or -_F32_MAX <= x <= _F32_MAX or x == x * 2:
+                f = <float>x  # NaN, in range, or +-inf: representable
+            else:
+                raise _arg_error(lay, i, p, a, "value out of range for a 32-bit float (it would become inf)",
+                                 ArgumentTypeError)
+            memcpy(dst, &f, 4)
+            return 0
+        if p.size == 8:
+            memcpy(dst, &x, 8)
+            return 0
+        if p.size == 2:
+            if x == x and x != x * 2 and not (-_F16_LIMIT < x < _F16_LIMIT):
+                raise _arg_error(lay, i, p, a, "value out of range for a 16-bit float (it would become inf)",
+                                 ArgumentTypeError)
+            with np.errstate(over="ignore"):
+                h = np.float16(x).view(np.uint16)
+            memcpy(dst, &h, 2)
+            return 0
+        raise _arg_error(lay, i, p, a, "a Python float fits 2-, 4- or 8-byte parameters only")
+    if kind == POINTER or (p.size == 8 and kind != BYTES):
+        raise _arg_error(lay, i, p, a, "a float given to a pointer-sized parameter (pass a Buffer, None or an int)")
+    if kind == BYTES and p.size == 2:
+        raise _arg_error(lay, i, p, a, "a Python float is ambiguous for a 2-byte struct parameter (__half or "
+                         "__nv_bfloat16?): pass np.float16(x) or the exact bytes")
+    raise _arg_error(lay, i, p, a, "a float given to a non-floating-point parameter")
+
+
+cdef int _pack_pointer(uint64_t ptr, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst,
+                       object a) except -1:
+    if p.size != 8 or p.kind == FLOAT or p.kind == BYTES:
+        raise _arg_error(lay, i, p, a, "a device pointer needs an 8-byte pointer/integer parameter")
+    memcpy(dst, &ptr, 8)
+    return 0
+
+
+cdef int _pack_bytes(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
+    cdef Py_buffer view
+    if p.kind != BYTES and p.kind != ANY and not isinstance(a, np.generic):
+        raise _arg_error(lay, i, p, a, "raw bytes fit struct parameters only")
+    try:
+        PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
+    except (BufferError, ValueError) as e:
+        raise _arg_error(lay, i, p, a, f"cannot read its bytes ({e})") from None
+    try:
+        if <size_t>view.len != p.size:
+            raise _arg_error(lay, i, p, a, f"expected exactly {p.size} bytes, the value has {view.len}")
+        memcpy(dst, view.buf, view.len)
+    finally:
+        PyBuffer_Release(&view)
+    return 0
+
+
+cdef int _ensure_buffer_open(Buffer b, ParamLayout lay, Py_ssize_t i) except -1:
+    try:
+        b.ensure_open()
+    except ClosedError as e:
+        raise ClosedError(f"kernel '{lay.name}', parameter #{i}: {e}") from None
+    return 0
+
+
+cdef uint64_t _cai_pointer(object a, object cai, ParamLayout lay, Py_ssize_t i, ParamSpec* p) except? 0:
+    try:
+        ptr = <uint64_t>cai_data_pointer(cai)
+    except ArgumentValueError as e:
+        raise _arg_error(lay, i, p, a, str(e)) from None
+    if not cai_is_contiguous(cai):
+        raise _arg_error(lay, i, p, a, f"strided memory (shape {tuple(cai.get('shape', ()))}, strides "
+                         f"{tuple(cai['strides'])} bytes) would be read as contiguous; pass a contiguous copy "
+                         "(x.contiguous() in PyTorch, cupy.ascontiguousarray(x)), or, if the kernel handles the "
+                         "strides itself, pycudadrv.data_pointer(x, strided=True)")
+    return ptr
+
+
+def data_pointer(obj, *, bint strided=False):
+    """The device address of ``obj`` (a Buffer or view, or any object with
+    ``__cuda_array_interface__``) as an int, to pass explicitly where a kernel
+    takes a pointer. Strided memory is refused unless ``strided=True``: the
+    opt-in for kernels that index with the strides themselves.
+
+    Raises ArgumentTypeError for other objects or (without ``strided``)
+    non-contiguous ones, ClosedError for a closed Buffer."""
+    if isinstance(obj, Buffer):
+        (<Buffer>obj).ensure_open()
+        return (<Buffer>obj)._ptr
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is None:
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} has no __cuda_array_interface__")
+    try:
+        ptr = cai_data_pointer(cai)
+    except ArgumentValueError as e:
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e
+    if not strided and not cai_is_contiguous(cai):
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} is strided (strides {tuple(cai['strides'])}); "
+                                "pass strided=True if the kernel handles the strides")
+    return ptr
+
+
+cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
+    cdef double re, im
+    cdef float fre, fim
+    if a is None:
+        if p.kind not in (POINTER, INTEGER, ANY) or p.size != 8:
+            raise _arg_error(lay, i, p, a, "None (a null pointer) fits pointer parameters only")
+        return _pack_pointer(0, lay, i, p, dst, a)
+    if isinstance(a, Buffer):
+        _ensure_buffer_open(<Buffer>a, lay, i)
+        _check_device(<Buffer>a, lay, i)
+        return _pack_pointer((<Buffer>a)._ptr, lay, i, p, dst, a)
+    if isinstance(a, np.ndarray):
+        raise _arg_error(lay, i, p, a, "a host numpy array cannot be a kernel argument; copy it to the device "
+                         "with Buffer.from_numpy(array)")
+    if isinstance(a, np.generic):
+        # The kind is known (PTX or a signature): a float scalar for an integer or pointer
+        # parameter, or an integer scalar for a float one, is a mistake, not a bit pattern.
+        dkind = a.dtype.kind
+        if p.kind not in (BYTES, ANY) and dkind not in "biufc":
+            raise _arg_error(lay, i, p, a, f"a numpy {a.dtype} scalar fits struct parameters only")
+        is_float = dkind in "fc"
+        if p.kind == FLOAT and dkind == "c":
+            raise _arg_error(lay, i, p, a, "a numpy complex scalar given to a real floating-point parameter")
+        if p.kind == POINTER and dkind == "b":
+            raise _arg_error(lay, i, p, a, "a bool given to a pointer parameter")
+        if p.kind == POINTER and dkind in "iu":
+            return _pack_int(int(a), lay, i, p, dst)   # an address: range-checked like a Python int
+        if p.kind in (INT, UINT, INTEGER, POINTER) and is_float:
+            raise _arg_error(lay, i, p, a, "a numpy floating-point scalar given to an integer or pointer "
+                             "parameter (its bits would be reinterpreted)")
+        if p.kind == FLOAT and not is_float and not isinstance(a, np.void):
+            raise _arg_error(lay, i, p, a, "a numpy integer scalar given to a floating-point parameter (its bits "
+                             "would be reinterpreted); pass a float or a numpy float of that width")
+        return _pack_bytes(a, lay, i, p, dst)
+    if isinstance(a, bool):
+        if p.kind == POINTER:
+            raise _arg_error(lay, i, p, a, "a bool given to a pointer parameter")
+        return _pack_int(1 if a else 0, lay, i, p, dst)
+    if isinstance(a, int):
+        return _pack_int(int(a), lay, i, p, dst)
+    if isinstance(a, float):
+        return _pack_float(float(a), lay, i, p, dst, a)
+    if isinstance(a, (bytes, bytearray, memoryview)):
+        return _pack_bytes(a, lay, i, p, dst)
+    if isinstance(a, complex):
+        if p.kind != BYTES and p.kind != ANY:
+            raise _arg_error(lay, i, p, a, "a complex value needs an 8- or 16-byte struct parameter")
+        re, im = a.real, a.imag
+        if p.size == 8:
+            fre, fim = <float>re, <float>im
+            memcpy(dst, &fre, 4)
+            memcpy(dst + 4, &fim, 4)
+            return 0
+        if p.size == 16:
+            memcpy(dst, &re, 8)
+            memcpy(dst + 8, &im, 8)
+            return 0
+        raise _arg_error(lay, i, p, a, "a complex value needs an 8- or 16-byte struct parameter")
+    cai = getattr(a, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _pack_pointer(_cai_pointer(a, cai, lay, i, p), lay, i, p, dst, a)
+    if hasattr(a, "__dlpack__"):
+        from pycudadrv._memory import asbuffer
+        try:
+            b = asbuffer(a, device=lay.device)
+        except ArgumentTypeError as e:
+            raise _arg_error(lay, i, p, a, str(e)) from None
+        return _pack_pointer((<Buffer>b)._ptr, lay, i, p, dst, a)
+    raise _arg_error(lay, i, p, a, "unsupported argument type (use a Buffer, a numpy scalar, int, float, "
+                     "complex, bool, None, bytes, or an object with __cuda_array_interface__ or __dlpack__)")
+
+
+cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
+    cdef type t = type(a)
+    cdef Buffer b
+    cdef double x
+    cdef float f
+    if t is Buffer:
+        b = <Buffer>a
+        if b._closed or b._root._closed:
+            _ensure_buffer_open(b, lay, i)
+        if b.device is not lay.device and lay.device is not None:
+            _check_device(b, lay, i)
+        if p.size == 8 and p.kind != FLOAT and p.kind != BYTES:
+            memcpy(dst, &b._ptr, 8)
+            return 0
+        return _pack_pointer(b._ptr, lay, i, p, dst, a)
+    if t is float:
+        x = PyFloat_AS_DOUBLE(a)
+        if p.kind == FLOAT or p.kind == ANY:
+            if p.size == 4 and -_F32_MAX <= x <= _F32_MAX:
+                f = <float>x
+                memcpy(dst, &f, 4)
+                return 0
+            if p.size == 8:
+                memcpy(dst, &x, 8)
+                return 0
+        return _pack_float(x, lay, i, p, dst, a)
+    if t is int:
+        return _pack_int(a, lay, i, p, dst)
+    if t is bool and p.kind != POINTER:
+        return _pack_int(1 if a is True else 0, lay, i, p, dst)
+    cdef int k = _np_index(a)
+    if k >= 0 and <size_t>_np_size[k] == p.size and p.kind != POINTER and (
+            p.kind == ANY or p.kind == BYTES or
+            ((p.kind == FLOAT) == _np_is_float[k] and not _np_is_complex[k])):
+        memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])   # bit for bit: the dtype was chosen
+        return 0
+    return _pack_slow(a, lay, i, p, dst)
+
+
+cdef int _infer_spec(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p) except -1:
+    """Layout unknown: take the parameter's size from a sized value."""
+    cdef Py_buffer view
+    p.offset = 0
+    if a is None or isinstance(a, Buffer) or hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"):
+        p.kind = POINTER
+        p.size = 8
+        return 0
+    if isinstance(a, np.generic) or isinstance(a, (bytes, bytearray, memoryview)):
+        PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
+        p.size = view.len
+        PyBuffer_Release(&view)
+        p.kind = BYTES
+        return 0
+    raise ArgumentTypeError(
+        f"kernel '{lay.name}', parameter #{i}: the parameter sizes are unknown (the driver cannot report them "
+        "-- cuFuncGetParamInfo needs a CUDA 12.4+ driver -- and the module was not PTX), so a Python "
+        f"{type(a).__name__} has no width; pass a numpy scalar (e.g. np.int32(7), np.float32(2.0)) or give "
+        "module.function(name, signature=...)")
+
+
+cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL:
+    cdef Py_ssize_t k, n = len(args)
+    cdef ParamSpec* specs = <ParamSpec*>malloc(max(n, 1) * sizeof(ParamSpec))
+    if specs == NULL:
+        raise MemoryError()
+    try:
+        for k in range(n):
+            _infer_spec(args[k], lay, k, &specs[k])
+        _check_param_space(lay, specs, n, True)
+    except BaseException:
+        free(specs)
+        raise
+    return specs
+
+
+cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs) except NULL:
+    cdef Py_ssize_t i
+    cdef unsigned char* dst
+    for i in range(len(args)):
+        dst = pycudadrv_arena_push(arena, specs[i].size)
+        if dst == NULL:
+            raise MemoryError("kernel argument arena")
+        pack_arg(args[i], lay, i, &specs[i], dst)
+    return pycudadrv_arena_finish(arena)
+
+
+cdef int _check_param_space(ParamLayout lay, ParamSpec* specs, Py_ssize_t n, bint place) except -1:
+    """Raise ArgumentValueError, listing each parameter's offset and size, when the
+    parameters exceed the driver's limit. With ``place``, first give each parameter
+    its offset at natural alignment (sizes taken from the values carry none)."""
+    cdef size_t end = 0, off = 0
+    cdef Py_ssize_t k
+    cdef size_t al
+    for k in range(n):
+        if place:
+            al = 8 if specs[k].size >= 8 else (specs[k].size if specs[k].size in (1, 2, 4) else 8)
+            off = (off + al - 1) // al * al
+            specs[k].offset = off
+            off += specs[k].size
+        end = max(end, specs[k].offset + specs[k].size)
+    if end > lay.limit:
+        rows = ", ".join(f"#{k}: offset {specs[k].offset} size {specs[k].size}" for k in range(min(n, 32)))
+        if n > 32:
+            rows += f", ... ({n - 32} more)"
+        raise ArgumentValueError(f"kernel '{lay.name}': {end} bytes of parameters exceed the driver's limit of "
+                                 f"{lay.limit} bytes ({rows})")
+    return 0
+
+
+def pack_arguments(layout, args, name="kernel"):
+    """Marshal ``args`` for a parameter ``layout`` (list of ``_signature.Param``,
+    or a signature string) exactly as a launch would, without a GPU.
+
+    Returns ``(params, slot_addresses, spilled)``: the bytes each parameter
+    receives, the address of each one's arena slot (16-byte aligned), and
+    whether the arena spilled to the heap. Raises as :meth:`Function.launch`.
+    Used by the CPU tests of the marshalling layer.
+    """
+    if isinstance(layout, str) or (layout and not (hasattr(layout[0], "kind") and hasattr(layout[0], "offset"))):
+        from pycudadrv._signature import parse_signature   # the one upward import (a string layout)
+        layout = parse_signature(layout)
+    cdef ParamLayout lay = new_layout(name, None, PARAM_LIMIT_LARGE)
+    lay.set(layout, "signature")
+    if len(args) != lay.n:
+        raise ArgumentTypeError(f"kernel '{name}' takes {lay.n} arguments, {len(args)} given")
+    cdef pycudadrv_arena arena
+    cdef int k
+    cdef void** kp
+    pycudadrv_arena_init(&arena)
+    try:
+        kp = marshal(&arena, lay, tuple(args), lay.specs)
+        out = [(<char*>kp[k])[:lay.specs[k].size] for k in range(lay.n)]
+        addrs = [<uintptr_t>kp[k] for k in range(lay.n)]
+        spilled = bool(pycudadrv_arena_is_spilled(&arena))
+    finally:
+        pycudadrv_arena_release(&arena)
+    return out, addrs, spilled

@@ -1,0 +1,230 @@
+# PreparedLaunch, part of pycudadrv._launch (included there: it shares the
+# module's one launch call site).
+
+
+cdef inline int _watch_buffers(list watch, tuple args, Stream s) except -1:
+    """The Buffers among `args` (each launch checks they are still open); the
+    launch stream is noted as a user of each, so frees wait for it."""
+    cdef object a
+    watch.clear()
+    for a in args:
+        if isinstance(a, Buffer):
+            watch.append(a)
+            (<Buffer>a).note_use(s)
+    return 0
+
+
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
+cdef class PreparedLaunch:
+    """A launch of one kernel with its configuration and argument storage
+    prepared once (``fn.bind(grid, block, *args, ...)``).
+
+    ``p(*args)`` marshals the arguments into the reused arena and launches;
+    ``p()`` launches again with the arguments bound last; ``p.set_arg(i, v)``
+    updates one argument without re-marshalling the rest. Nothing is
+    allocated per launch. The bound Python objects are kept alive, and each
+    launch checks (one C field per bound Buffer) that none was closed since:
+    a closed Buffer raises ClosedError naming the kernel and the parameter
+    instead of letting the kernel touch freed memory. A rebind or
+    ``set_arg`` that fails leaves the previous arguments in place, bit for bit.
+    """
+
+    def __cinit__(self):
+        pycudadrv_arena_init(&self.arena)
+        pycudadrv_arena_init(&self.scratch)
+        self._has_scratch = False
+        self.specs = NULL
+        self.n = 0
+        self._watch = []
+
+    def __init__(self, Function fn not None, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None,
+                 bint cooperative=False, cluster=None, bint programmatic_dependent=False):
+        cdef int k
+        cdef ParamLayout lay = fn.layout
+        self.fn = fn
+        self.config = LaunchConfig(fn, grid, block, shared_mem_bytes, cooperative=cooperative, cluster=cluster,
+                                   programmatic_dependent=programmatic_dependent)
+        self._stream = <Stream>fn.device.default_stream if stream is None else resolve_stream(stream, fn.device)
+        self._stream.ensure_open()
+        if lay.n >= 0:
+            self.n = lay.n
+            if args and len(args) != self.n:
+                raise ArgumentTypeError(f"kernel '{fn.name}' takes {self.n} arguments "
+                                        f"({_signature.format_layout(lay.params)}), {len(args)} given")
+            self.specs = <ParamSpec*>malloc(max(self.n, 1) * sizeof(ParamSpec))
+            if self.specs == NULL:
+                raise MemoryError()
+            memcpy(self.specs, lay.specs, self.n * sizeof(ParamSpec))
+        else:
+            if not args:
+                raise ArgumentTypeError(f"kernel '{fn.name}': its parameter sizes are unknown, so bind() needs the "
+                                        "arguments (numpy scalars or Buffers) to fix them")
+            self.n = len(args)
+            self.specs = infer_layout(lay, args)
+        for k in range(self.n):
+            if pycudadrv_arena_push(&self.arena, self.specs[k].size) == NULL:
+                raise MemoryError("kernel argument arena")
+        self.kernel_params = pycudadrv_arena_finish(&self.arena)
+        self._held = None
+        if args:
+            for k in range(self.n):
+                pack_arg(args[k], lay, k, &self.specs[k], pycudadrv_arena_at(&self.arena, k))
+            self._held = list(args)
+            _watch_buffers(self._watch, args, self._stream)
+
+    def __dealloc__(self):
+        pycudadrv_arena_release(&self.arena)
+        pycudadrv_arena_release(&self.scratch)
+        if self.specs != NULL:
+            free(self.specs)
+
+    cdef int _check_bound(self) except -1:
+        """Raise ClosedError naming the parameter whose Buffer was closed."""
+        cdef Buffer b
+        cdef int k
+        for k in range(self.n):
+            a = self._held[k]
+            if isinstance(a, Buffer):
+                b = <Buffer>a
+                if b._closed or b._root._closed:
+                    try:
+                        b.ensure_open()
+                    except ClosedError as e:
+                        raise ClosedError(f"kernel '{self.fn.name}', parameter #{k}: the bound {e}; bind a live "
+                                          "buffer (p.set_arg / p(*args)) before launching again") from None
+        return 0
+
+    cdef int _launch(self) except -1:
+        cdef Function fn = self.fn
+        cdef LaunchConfig c = self.config
+        cdef Buffer b
+        cdef object o
+        if fn is None:
+            raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
+        if self._held is None:
+            raise ArgumentTypeError(f"kernel '{fn.name}': no arguments bound yet; call p(*args) first")
+        if fn._module_life.ended:
+            fn.ensure_loaded()
+        for o in self._watch:
+            b = <Buffer>o
+            if b._closed or b._root._closed:
+                self._check_bound()
+        if self._stream._closed:
+            self._stream.ensure_open()
+        fn.device.activate()
+        issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held, False)
+        return 0
+
+    cdef int _ensure_scratch(self) except -1:
+        cdef int k
+        if self._has_scratch:
+            return 0
+        for k in range(self.n):
+            if pycudadrv_arena_push(&self.scratch, self.specs[k].size) == NULL:
+                raise MemoryError("kernel argument arena")
+        self._has_scratch = True
+        return 0
+
+    def __call__(self, *args):
+        """Marshal ``args`` (all of them) and launch; with no arguments, launch
+        again with those bound last. A bad argument raises (as
+        :meth:`Function.launch`) and leaves the previous binding unchanged."""
+        cdef Py_ssize_t k, n = len(args)
+        cdef Function fn = self.fn
+        cdef ParamLayout lay
+        if fn is None:
+            raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
+        if n:
+            if n != self.n:
+                raise ArgumentTypeError(f"kernel '{fn.name}' takes {self.n} arguments, {n} given")
+            lay = fn.layout
+            self._ensure_scratch()
+            for k in range(n):   # into the scratch copy: a failure leaves the live bytes as they were
+                pack_arg(args[k], lay, k, &self.specs[k], pycudadrv_arena_at(&self.scratch, <uint32_t>k))
+            pycudadrv_arena_copy_slots(&self.arena, &self.scratch)
+            self._held = list(args)
+            _watch_buffers(self._watch, args, self._stream)
+        self._launch()
+
+    def launch(self):
+        """Launch with the arguments bound now (``cuLaunchKernel``)."""
+        self._launch()
+
+    def launch_timed_ns(self):
+        """Drain every stream of the device, launch alone between two events,
+        return the GPU time in nanoseconds (int)."""
+        if self.fn is None:
+            raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
+        return _timed(self._stream, self.launch)
+
+    launch_timed = launch_timed_ns
+
+    def set_arg(self, Py_ssize_t index, value):
+        """Replace argument ``index`` (re-marshals that one only); a bad value
+        raises and leaves the previous one in place.
+
+        Raises ArgumentIndexError for an index outside ``[0, num_params)`` and
+        ArgumentTypeError/ArgumentValueError as :meth:`Function.launch`."""
+        cdef unsigned char small[256]
+        cdef unsigned char* tmp = small
+        cdef size_t size
+        if self.fn is None:
+            raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
+        if index < 0 or index >= self.n:
+            raise ArgumentIndexError(f"kernel '{self.fn.name}' has {self.n} parameters; index {index} is out "
+                                     "of range")
+        if self._held is None:
+            raise ArgumentTypeError(f"kernel '{self.fn.name}': bind all arguments first (p(*args)), then set_arg")
+        size = (self.specs[index].size + 15) // 16 * 16
+        if size > sizeof(small):
+            tmp = <unsigned char*>malloc(size)
+            if tmp == NULL:
+                raise MemoryError()
+        try:
+            memset(tmp, 0, size)
+            pack_arg(value, self.fn.layout, index, &self.specs[index], tmp)
+            memcpy(pycudadrv_arena_at(&self.arena, <uint32_t>index), tmp, size)
+        finally:
+            if tmp != small:
+                free(tmp)
+        self._held[index] = value
+        _watch_buffers(self._watch, tuple(self._held), self._stream)
+
+    @property
+    def function(self):
+        """The :class:`Function` launched."""
+        return self.fn
+
+    @property
+    def stream(self):
+        """The Stream the launches go to."""
+        return self._stream
+
+    @property
+    def config(self):
+        """The :class:`LaunchConfig` (grid, block, shared memory, attributes)."""
+        return self.config
+
+    @property
+    def args(self):
+        """The bound arguments (tuple), or None."""
+        return None if self._held is None else tuple(self._held)
+
+    def param_bytes(self):
+        """The marshalled bytes of each bound argument, as a list of ``bytes``
+        (the exact bits the kernel will receive)."""
+        cdef int k
+        return [(<char*>pycudadrv_arena_at(&self.arena, k))[:self.specs[k].size] for k in range(self.n)]
+
+    @property
+    def spilled(self):
+        """True if the arguments did not fit the arena's inline storage (heap spill)."""
+        return bool(pycudadrv_arena_is_spilled(&self.arena))
+
+    def __repr__(self):
+        c = self.config
+        if self.fn is None or c is None:
+            return "<PreparedLaunch (not initialised)>"
+        return (f"<PreparedLaunch '{self.fn.name}' grid={c.grid} block={c.block} "
+                f"shared_mem_bytes={c.shared_mem_bytes}>")

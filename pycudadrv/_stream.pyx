@@ -1,0 +1,659 @@
+# cython: language_level=3
+"""Streams, events, and the capture state of a stream being recorded into a graph."""
+cimport cython
+from libc.stdint cimport uintptr_t
+from cpython.ref cimport Py_INCREF, Py_DECREF
+from pycudadrv._cuda cimport *
+from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
+from pycudadrv._driver_api cimport pycudadrv_driver_api
+from pycudadrv._device cimport Device, get_device, current_device, as_device
+
+import os
+import sys
+import threading
+import traceback
+from pycudadrv._env import env_flag
+from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, StateError,
+                               EventNotRecordedError)
+
+__all__ = ["Stream", "Event", "Capture", "synchronize_context"]
+
+# Captures in progress, for the checks below (a global-mode capture forbids
+# unsafe calls on every thread; a thread-local one on its own thread).
+cdef list _active = []
+cdef str _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+cdef dict _MODES = {"global": CU_STREAM_CAPTURE_MODE_GLOBAL,
+                    "thread_local": CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                    "relaxed": CU_STREAM_CAPTURE_MODE_RELAXED}
+
+
+cdef Capture forbidding_capture(Stream stream):
+    cdef Capture c
+    if stream is not None and stream._capture is not None:
+        return stream._capture
+    if _active:
+        me = threading.get_ident()
+        for c in _active:
+            if c.mode == "global" or (c.mode == "thread_local" and c.thread_id == me):
+                return c
+    return None
+
+
+cdef bint captures_active() noexcept:
+    return len(_active) > 0
+
+
+cdef int check_launch_outside_capture(Stream s) except -1:
+    cdef Capture c
+    me = threading.get_ident()
+    for c in _active:
+        if c.body and c.thread_id == me and c.stream is not s:
+            raise CaptureError(f"cannot launch on {s!r} while the body of a device loop is being captured on "
+                               f"{c.stream!r}: the work would not repeat with the loop; launch on the loop's "
+                               "stream")
+    return 0
+
+
+cdef int check_not_capturing(Stream stream, str what) except -1:
+    cdef Capture c = forbidding_capture(stream)
+    if c is None:
+        return 0
+    if stream is not None and c is stream._capture:
+        raise CaptureError(f"cannot {what} during {c!r}: it would invalidate the capture; "
+                           "end the `with stream.capture()` block first")
+    raise CaptureError(f"cannot {what} while {c!r} is active (mode {c.mode!r} forbids it); "
+                       "end the capture first or capture with mode='relaxed'")
+
+
+def alloc_trace(str what, size_t nbytes, stream=None):
+    """With ``PYCUDADRV_ALLOC_TRACE=1``: report on stderr an allocation or host
+    upload of ``nbytes`` attempted while ``stream`` (or any stream, for a
+    capture pycudadrv did not begin: ``cuStreamIsCapturing``) is capturing,
+    with the Python line that asked for it. Returns whether it reported."""
+    if not env_flag("PYCUDADRV_ALLOC_TRACE"):
+        return False
+    cdef Stream s = stream if isinstance(stream, Stream) else None
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    capturing = forbidding_capture(s) is not None
+    if not capturing and s is not None and s._handle != NULL:
+        if driver().p_cuStreamIsCapturing(s._handle, &st) == CUDA_SUCCESS:
+            capturing = st != CU_STREAM_CAPTURE_STATUS_NONE
+    if not capturing:
+        return False
+    where = "?"
+    for f in reversed(traceback.extract_stack()):
+        if not os.path.abspath(f.filename).startswith(_PKG_DIR):
+            where = f"{f.filename}:{f.lineno}"
+            break
+    print(f"[pycudadrv alloc-trace] {what} of {nbytes} bytes during a capture, at {where}", file=sys.stderr)
+    return True
+
+
+cdef void _host_trampoline(void* data) noexcept nogil:
+    with gil:
+        obj = <object>data
+        try:
+            obj()
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            Py_DECREF(obj)
+
+
+cdef Stream resolve_stream(object stream, Device device):
+    if stream is None:
+        return <Stream>device.default_stream
+    if type(stream) is Stream:
+        return <Stream>stream
+    if isinstance(stream, Stream):
+        return <Stream>stream
+    return Stream.from_handle(stream, device)
+
+
+cdef int order_after(Stream consumer, Stream producer) except -1:
+    cdef pycudadrv_driver_api* d
+    cdef CUevent ev = NULL
+    if producer is None or consumer is None or (producer._handle == consumer._handle and not producer._closed):
+        return 0
+    d = driver()
+    if producer._closed:
+        if producer._final != NULL:
+            consumer.device.activate()
+            check(d.p_cuStreamWaitEvent(consumer._handle, producer._final, 0), "cuStreamWaitEvent")
+        return 0
+    producer.device.activate()    # the event belongs to the producer's context
+    check(d.p_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+    try:
+        check(d.p_cuEventRecord(ev, producer._handle), "cuEventRecord")
+        consumer.device.activate()
+        check(d.p_cuStreamWaitEvent(consumer._handle, ev, 0), "cuStreamWaitEvent")
+    finally:
+        d.p_cuEventDestroy(ev)   # released once the wait is satisfied
+    return 0
+
+
+def synchronize_context(device=None):
+    """Wait for every stream of ``device``'s primary context (``cuCtxSynchronize``).
+
+    Raises CaptureError during a capture that forbids it."""
+    cdef Device dev = as_device(device)
+    check_not_capturing(None, "synchronize the device")
+    cdef pycudadrv_driver_api* d = driver()
+    dev.activate()
+    with nogil:
+        check(d.p_cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
+cdef class Stream:
+    """An owned CUDA stream (``cuStreamCreate`` with ``CU_STREAM_NON_BLOCKING``).
+
+    Parameters
+    ----------
+    device : Device or int, optional
+        Device whose primary context owns the stream; the current device by default.
+
+    Work on a non-blocking stream never synchronises with the legacy NULL stream,
+    and the stream can be captured into a graph. ``close()`` (or leaving a
+    ``with`` block) destroys it after its queued work (``cuStreamDestroy``).
+    Supports the ``__cuda_stream__`` protocol.
+    """
+
+    def __cinit__(self, device=None, *, bint nonblocking=True, _create=True):
+        self._handle = NULL
+        self._owned = False
+        self._closed = False
+        self._final = NULL
+        self._capture = None
+        if not _create:
+            return
+        cdef Device dev = as_device(device)
+        cdef pycudadrv_driver_api* d = driver()
+        dev.activate()
+        check(d.p_cuStreamCreate(&self._handle, CU_STREAM_NON_BLOCKING if nonblocking else 0),
+              "cuStreamCreate")
+        self.device = dev
+        self._owned = True
+
+    @staticmethod
+    def from_handle(handle, device=None, owner=None):
+        """Wrap a stream created elsewhere (CuPy, PyTorch, cuda.core, a raw
+        ``CUstream`` as int) without taking ownership; ``close()`` never destroys it.
+
+        ``handle`` may be an int, or any object with ``__cuda_stream__`` (returns
+        ``(version, handle)``) or a ``cuda_stream``/``ptr``/``handle`` attribute.
+        ``owner`` (default: ``handle`` when it is an object) is kept alive.
+
+        Raises ArgumentTypeError when ``handle`` is none of these, and
+        ArgumentValueError for a handle outside ``[0, 2**64)``.
+        """
+        cdef Stream s = Stream.__new__(Stream, _create=False)
+        raw = handle
+        if hasattr(handle, "__cuda_stream__"):
+            raw = handle.__cuda_stream__()[1]
+        elif not isinstance(handle, int):
+            for attr in ("cuda_stream", "ptr", "handle"):
+                if hasattr(handle, attr):
+                    raw = getattr(handle, attr)
+                    break
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise ArgumentTypeError(f"cannot interpret {type(handle).__name__} as a CUDA stream handle")
+        if raw < 0 or raw >= 2**64:
+            raise ArgumentValueError(f"stream handle {raw} out of range")
+        driver()
+        s._handle = <CUstream><uintptr_t>raw
+        s.device = as_device(device)
+        s._owner = owner if owner is not None else (None if isinstance(handle, int) else handle)
+        return s
+
+    cdef int ensure_open(self) except -1:
+        if self._closed:
+            raise ClosedError("stream is closed")
+        return 0
+
+    @property
+    def handle(self):
+        """The ``CUstream`` as an int."""
+        return <uintptr_t>self._handle
+
+    @property
+    def closed(self):
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    @property
+    def capturing(self):
+        """Whether pycudadrv is capturing this stream into a graph right now."""
+        return self._capture is not None
+
+    def __cuda_stream__(self):
+        return (0, <uintptr_t>self._handle)
+
+    def synchronize(self):
+        """Block until all work queued on the stream has finished (``cuStreamSynchronize``).
+
+        Raises
+        ------
+        CaptureError
+            The stream is being captured into a graph (synchronising would invalidate it).
+        CudaError
+            A kernel on the stream failed.
+        """
+        self.ensure_open()
+        check_not_capturing(self, "synchronize a stream")
+        cdef pycudadrv_driver_api* d = driver()
+        self.device.activate()
+        with nogil:
+            check(d.p_cuStreamSynchronize(self._handle), "cuStreamSynchronize")
+
+    def query(self):
+        """True if all queued work has finished, without blocking (``cuStreamQuery``)."""
+        self.ensure_open()
+        check_not_capturing(self, "query a stream")
+        cdef pycudadrv_driver_api* d = driver()
+        self.device.activate()
+        cdef CUresult r = d.p_cuStreamQuery(self._handle)
+        if r == CUDA_ERROR_NOT_READY:
+            return False
+        check(r, "cuStreamQuery")
+        return True
+
+    def wait(self, Event event not None):
+        """Make future work on this stream wait for ``event`` (``cuStreamWaitEvent``).
+
+        Raises StateError if the event was never recorded."""
+        self.ensure_open()
+        if event._closed:
+            raise ClosedError("event is closed")
+        if not event._recorded:
+            raise EventNotRecordedError("stream.wait(event): the event was never recorded; call event.record(stream) first")
+        self.device.activate()
+        check(driver().p_cuStreamWaitEvent(self._handle, event._handle, 0), "cuStreamWaitEvent")
+
+    def wait_stream(self, Stream other not None):
+        """Make future work on this stream wait for the work queued so far on
+        ``other`` (an event recorded on ``other``, then ``cuStreamWaitEvent``)."""
+        self.ensure_open()
+        order_after(self, other)
+
+    def record(self, Event event=None):
+        """Record ``event`` (a new timing Event if None) on this stream; returns it."""
+        if event is None:
+            event = Event(device=self.device)
+        event.record(self)
+        return event
+
+    def launch_host_func(self, callback):
+        """Run the Python callable ``callback()`` on a driver thread once the
+        work queued so far on the stream has finished (``cuLaunchHostFunc``).
+        The callable must not make CUDA calls; an exception it raises is
+        printed and dropped. Awaitable launches complete through this.
+
+        Raises CaptureError during a capture of this stream (it would become a
+        host node that holds the interpreter inside the graph)."""
+        self.ensure_open()
+        check_not_capturing(self, "enqueue a host function")
+        if not callable(callback):
+            raise ArgumentTypeError(f"launch_host_func: callback must be callable, got {type(callback).__name__}")
+        cdef pycudadrv_driver_api* d = driver()
+        self.device.activate()
+        Py_INCREF(callback)
+        cdef CUresult r = d.p_cuLaunchHostFunc(self._handle, _host_trampoline, <void*>callback)
+        if r != CUDA_SUCCESS:
+            Py_DECREF(callback)
+            check(r, "cuLaunchHostFunc")
+
+    def capture(self, mode="thread_local", *, bint pdl=False):
+        """Capture the work launched on this stream into a CUDA graph.
+
+        ``with stream.capture() as graph:`` records every launch and copy on the
+        stream (``cuStreamBeginCapture``); leaving the block ends the capture
+        (``cuStreamEndCapture``) and instantiates the graph
+        (``cuGraphInstantiateWithFlags``); then ``graph.launch()`` replays it.
+        ``mode`` is ``"thread_local"`` (default), ``"global"`` or ``"relaxed"``.
+        With ``pdl=True`` every kernel captured is launched with programmatic
+        stream serialization, so consecutive kernels are joined by programmatic
+        edges (compute capability 9.0+; see docs/graphs.md for the kernel-side
+        contract). See :class:`pycudadrv.CapturedGraph`.
+        """
+        from pycudadrv._graph import CapturedGraph
+        return CapturedGraph(self, mode, pdl=pdl)
+
+    def close(self):
+        """Destroy an owned stream (``cuStreamDestroy``); queued work still completes.
+        A second close is a no-op.
+
+        Raises CaptureError while the stream is being captured."""
+        if self._closed:
+            return
+        if self._capture is not None:
+            raise CaptureError(f"cannot close a stream during {self._capture!r}")
+        cdef pycudadrv_driver_api* d
+        self._closed = True
+        if self._owned and self._handle != NULL:
+            d = driver()
+            try:
+                self.device.activate()
+                # Frees of memory this stream used wait for this event, not for a stream that is gone.
+                if d.p_cuEventCreate(&self._final, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS:
+                    if d.p_cuEventRecord(self._final, self._handle) != CUDA_SUCCESS:
+                        d.p_cuEventDestroy(self._final)
+                        self._final = NULL
+                else:
+                    self._final = NULL
+                check(d.p_cuStreamDestroy(self._handle), "cuStreamDestroy")
+            finally:
+                self._handle = NULL
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __dealloc__(self):
+        cdef pycudadrv_driver_api* d
+        cdef CUresult r
+        try:
+            if self._owned and not self._closed and self._handle != NULL:
+                d = driver()
+                r = d.p_cuStreamDestroy(self._handle)
+                if r != CUDA_SUCCESS:
+                    warn_dealloc_failure("Stream", make_error(r, "cuStreamDestroy"))
+            if self._final != NULL:
+                driver().p_cuEventDestroy(self._final)
+        except Exception as e:
+            warn_dealloc_failure("Stream", e)
+
+    def __eq__(self, other):
+        return isinstance(other, Stream) and (<Stream>other)._handle == self._handle
+
+    def __hash__(self):
+        return hash(("pycudadrv.Stream", <uintptr_t>self._handle))
+
+    def __repr__(self):
+        state = "closed" if self._closed else ("owned" if self._owned else "foreign")
+        if self._capture is not None:
+            state += ", capturing"
+        dev = self.device.ordinal if self.device is not None else "?"
+        return f"<Stream 0x{<uintptr_t>self._handle:x} on device {dev}, {state}>"
+
+
+# Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.no_gc_clear
+cdef class Event:
+    """A CUDA event (``cuEventCreate``), for timing (the default) or, with
+    ``timing=False``, for synchronisation only (cheaper to record).
+
+    ``end - start`` (or ``Event.elapsed_ms(start, end)``) gives milliseconds
+    between two recorded events.
+    """
+
+    def __cinit__(self, *, bint timing=True, device=None):
+        cdef Device dev = as_device(device)
+        cdef pycudadrv_driver_api* d = driver()
+        dev.activate()
+        check(d.p_cuEventCreate(&self._handle, CU_EVENT_DEFAULT if timing else CU_EVENT_DISABLE_TIMING),
+              "cuEventCreate")
+        self.device = dev
+        self.timing = timing
+        self._recorded = False
+        self._closed = False
+
+    def record(self, stream=None):
+        """Record the event on ``stream`` (the device's default stream if None)
+        (``cuEventRecord``); returns self."""
+        if self._closed:
+            raise ClosedError("event is closed")
+        cdef Stream s = resolve_stream(stream, self.device)
+        s.ensure_open()
+        self.device.activate()
+        check(driver().p_cuEventRecord(self._handle, s._handle), "cuEventRecord")
+        self._recorded = True
+        return self
+
+    @property
+    def is_recorded(self):
+        """Whether ``record()`` was ever called."""
+        return self._recorded
+
+    @property
+    def closed(self):
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def query(self):
+        """True if the work before the event has completed; never blocks (``cuEventQuery``).
+
+        Raises StateError if the event was never recorded."""
+        if self._closed:
+            raise ClosedError("event is closed")
+        if not self._recorded:
+            raise EventNotRecordedError("event.query(): the event was never recorded; call event.record(stream) first")
+        check_not_capturing(None, "query an event")
+        self.device.activate()
+        cdef CUresult r = driver().p_cuEventQuery(self._handle)
+        if r == CUDA_ERROR_NOT_READY:
+            return False
+        check(r, "cuEventQuery")
+        return True
+
+    def synchronize(self):
+        """Block until the work before the event has completed (``cuEventSynchronize``).
+
+        Raises StateError if the event was never recorded."""
+        if self._closed:
+            raise ClosedError("event is closed")
+        if not self._recorded:
+            raise EventNotRecordedError("event.synchronize(): the event was never recorded; call event.record(stream) first")
+        check_not_capturing(None, "synchronize an event")
+        cdef pycudadrv_driver_api* d = driver()
+        self.device.activate()
+        with nogil:
+            check(d.p_cuEventSynchronize(self._handle), "cuEventSynchronize")
+
+    @staticmethod
+    def elapsed_ms(Event start not None, Event end not None, bint wait=True):
+        """Milliseconds between two recorded events (``cuEventElapsedTime``).
+
+        With ``wait=True`` (default) blocks until ``end`` has completed; with
+        ``wait=False`` returns None while the work is still running.
+
+        Raises
+        ------
+        StateError
+            Either event was never recorded, or was created with ``timing=False``.
+        """
+        for name, ev in (("start", start), ("end", end)):
+            if (<Event>ev)._closed:
+                raise ClosedError(f"{name} event is closed")
+            if not (<Event>ev)._recorded:
+                raise EventNotRecordedError(f"elapsed_ms: {name} event never recorded; record both events first")
+            if not (<Event>ev).timing:
+                raise ArgumentValueError(f"elapsed_ms: {name} event created without timing (Event(timing=False)); "
+                                 "create it with timing=True to measure time")
+        if wait:
+            end.synchronize()
+        elif not end.query():
+            return None
+        cdef float ms = 0
+        check(driver().p_cuEventElapsedTime(&ms, start._handle, end._handle), "cuEventElapsedTime")
+        return ms
+
+    def __sub__(self, other):
+        if not isinstance(self, Event) or not isinstance(other, Event):
+            return NotImplemented
+        return Event.elapsed_ms(other, self)
+
+    @property
+    def handle(self):
+        """The ``CUevent`` as an int."""
+        return <uintptr_t>self._handle
+
+    def close(self):
+        """Destroy the event (``cuEventDestroy``); a second close is a no-op."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._handle != NULL:
+            try:
+                check(driver().p_cuEventDestroy(self._handle), "cuEventDestroy")
+            finally:
+                self._handle = NULL
+
+    def __dealloc__(self):
+        cdef CUresult r
+        if not self._closed and self._handle != NULL:
+            try:
+                r = driver().p_cuEventDestroy(self._handle)
+                if r != CUDA_SUCCESS:
+                    warn_dealloc_failure("Event", make_error(r, "cuEventDestroy"))
+            except Exception as e:
+                warn_dealloc_failure("Event", e)
+
+    def __repr__(self):
+        state = "closed" if self._closed else ("recorded" if self._recorded else "not recorded")
+        return f"<Event on device {self.device.ordinal}, timing={'on' if self.timing else 'off'}, {state}>"
+
+
+cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target):
+    if mode not in _MODES:
+        raise ArgumentValueError(f"capture mode must be one of {sorted(_MODES)}, got {mode!r}")
+    stream.ensure_open()
+    if stream._capture is not None:
+        raise CaptureError(f"stream is already being captured ({stream._capture!r})")
+    if stream._handle == NULL:
+        raise ArgumentValueError("the legacy default (NULL) stream cannot be captured; capture an owned Stream "
+                                 "(e.g. device.default_stream or Stream())")
+    if pdl and stream.device.cc_major < 9:
+        from pycudadrv._errors import NotSupportedError
+        raise NotSupportedError(f"capture(pdl=True): programmatic dependent launch needs compute capability "
+                                f"9.0 or newer; device {stream.device.ordinal} is "
+                                f"{stream.device.cc_major}.{stream.device.cc_minor}")
+    cdef pycudadrv_driver_api* d = driver()
+    cdef Capture c = Capture.__new__(Capture)
+    c.stream = stream
+    c.mode = mode
+    c._mode = <CUstreamCaptureMode>_MODES[mode]
+    c.pdl = pdl
+    c.body = False
+    c.held = []
+    c.kernels = []
+    c._deferred = []
+    c._allocations = []
+    c._target = target
+    stream.device.activate()
+    if target != NULL:
+        if d.p_cuStreamBeginCaptureToGraph == NULL:
+            from pycudadrv._errors import NotSupportedError
+            raise NotSupportedError("capturing into an existing graph needs cuStreamBeginCaptureToGraph "
+                                    "(a CUDA 12.3+ driver)")
+        check(d.p_cuStreamBeginCaptureToGraph(stream._handle, target, NULL, NULL, 0, c._mode),
+              "cuStreamBeginCaptureToGraph")
+    else:
+        check(d.p_cuStreamBeginCapture(stream._handle, c._mode), "cuStreamBeginCapture")
+    c._active = True
+    c.thread_id = threading.get_ident()
+    stream._capture = c
+    _active.append(c)
+    return c
+
+
+cdef class Capture:
+    """The state of a stream capture in progress (made by ``stream.capture()``
+    and the device-loop builders; not constructed directly)."""
+
+    def __init__(self, *args, **kwargs):
+        raise ArgumentTypeError("captures begin with stream.capture()")
+
+    cdef int hold(self, object obj) except -1:
+        self.held.append(obj)
+        return 0
+
+    cdef int hold_all(self, tuple objs) except -1:
+        self.held.extend(objs)
+        return 0
+
+    cdef object last_node(self):
+        """The node the next captured work depends on when there is exactly one, as int."""
+        cdef pycudadrv_driver_api* d = driver()
+        cdef CUstreamCaptureStatus status
+        cdef cuuint64_t cid = 0
+        cdef CUgraph g = NULL
+        cdef const CUgraphNode* deps = NULL
+        cdef const CUgraphEdgeData* edges = NULL
+        cdef size_t ndeps = 0
+        if d.p_cuStreamGetCaptureInfo == NULL:
+            return None
+        check(d.p_cuStreamGetCaptureInfo(self.stream._handle, &status, &cid, &g, &deps, &edges, &ndeps),
+              "cuStreamGetCaptureInfo")
+        return <uintptr_t>deps[0] if ndeps == 1 else None
+
+    cdef int on_launch(self, object fn, const unsigned int* grid, const unsigned int* block, unsigned int shmem,
+                       tuple args, CUgraphDeviceNode devnode) except -1:
+        """Called by every launch captured on the stream: keep the arguments alive
+        and remember the kernel node (for set_kernel_args and device updates)."""
+        self.held.extend(args)
+        self.kernels.append((self.last_node(), fn, (grid[0], grid[1], grid[2]), (block[0], block[1], block[2]),
+                             shmem, args, <uintptr_t>devnode))
+        return 0
+
+    cdef int defer(self, object obj) except -1:
+        self._deferred.append(obj)
+        return 0
+
+    cdef int on_alloc(self, object buf) except -1:
+        self._allocations.append(buf)
+        return 0
+
+    cdef CUgraph end(self, bint discard) except? NULL:
+        cdef pycudadrv_driver_api* d = driver()
+        cdef Stream s = self.stream
+        cdef CUgraph g = NULL
+        cdef CUresult r
+        err = None
+        s.device.activate()
+        # Allocations made inside the capture become graph memory nodes; free them inside
+        # the graph too, so each replay starts and ends with the same memory.
+        for buf in self._allocations:
+            try:
+                if discard:
+                    buf._abandon()
+                else:
+                    buf._free_in_capture()
+            except Exception as e:   # the capture must end whatever happens
+                err = e
+        self._allocations = []
+        r = d.p_cuStreamEndCapture(s._handle, &g)
+        self._active = False
+        s._capture = None
+        if self in _active:
+            _active.remove(self)
+        deferred = self._deferred
+        self._deferred = []
+        for obj in deferred:
+            obj._release_deferred()
+        if discard or err is not None:
+            if g != NULL and self._target == NULL:
+                d.p_cuGraphDestroy(g)
+            if err is not None:
+                raise err
+            return NULL
+        if r != CUDA_SUCCESS:
+            if g != NULL and self._target == NULL:
+                d.p_cuGraphDestroy(g)
+            raise make_error(r, "cuStreamEndCapture", f"ending {self!r}")
+        return g
+
+    @property
+    def active(self):
+        """Whether the capture is still in progress."""
+        return self._active
+
+    def __repr__(self):
+        state = "active" if self._active else "ended"
+        return (f"<Capture mode={self.mode!r}{', pdl' if self.pdl else ''} on stream "
+                f"0x{<uintptr_t>self.stream._handle:x}, {state}, {len(self.kernels)} kernel launches>")
