@@ -17,6 +17,8 @@ __all__ = [
     "Error", "CudaError", "OutOfMemoryError", "CudaUnavailableError", "NotSupportedError",
     "ArgumentTypeError", "ArgumentValueError", "ArgumentIndexError", "ClosedError", "StateError",
     "CaptureError", "EventNotRecordedError", "NotReadyError", "GraphUpdateError", "BufferInUseError",
+    "LibraryUnavailableError", "NvrtcError", "NvrtcUnavailableError", "LinkError", "LinkerUnavailableError",
+    "CudnnError", "CudnnUnavailableError",
 ]
 
 #: ``CUDA_ERROR_OUT_OF_MEMORY``: a CudaError with this code is also a MemoryError.
@@ -165,3 +167,80 @@ class GraphUpdateError(Error, RuntimeError):
 class BufferInUseError(Error, BufferError):
     """Memory cannot be released while views of it are alive (numpy arrays
     over a :class:`HostBuffer`)."""
+
+
+class LibraryUnavailableError(Error, RuntimeError):
+    """An NVIDIA library pycudadrv loads at run time (NVRTC, nvJitLink,
+    nvFatbin, cuDNN, NVTX) is missing or too old; the message names the
+    library, where it was looked for and the pip package that provides it."""
+
+
+class NvrtcUnavailableError(LibraryUnavailableError):
+    """NVRTC (libnvrtc) could not be found; the message lists where we looked."""
+
+
+class NvrtcError(Error, RuntimeError):
+    """Compilation failed. ``.log`` is NVRTC's full log (with line numbers),
+    ``.options`` the options used, ``.nvrtc_version`` the compiler version;
+    ``code`` the ``nvrtcResult``."""
+
+    def __init__(self, message, log="", options=(), nvrtc_version=None, name="kernel.cu", code=None):
+        self.log = log
+        self.options = tuple(options)
+        self.nvrtc_version = nvrtc_version
+        self.name = name
+        self.code = code
+        ver = ".".join(str(v) for v in nvrtc_version) if nvrtc_version else "?"
+        text = f"{message} (NVRTC {ver}, options: {' '.join(self.options) or '(none)'})"
+        if log:
+            text += f"\n--- compile log of {name} ---\n{log.rstrip()}"
+        super().__init__(text)
+
+    def __reduce__(self):
+        return (_rebuild_nvrtc_error, (self.args[0], self.log, self.options, self.nvrtc_version, self.name,
+                                       self.code))
+
+
+def _rebuild_nvrtc_error(text, log, options, version, name, code=None):
+    e = NvrtcError.__new__(NvrtcError)
+    RuntimeError.__init__(e, text)
+    e.log, e.options, e.nvrtc_version, e.name, e.code = log, options, version, name, code
+    return e
+
+
+class LinkerUnavailableError(LibraryUnavailableError):
+    """nvJitLink (link-time optimisation) or nvFatbin (multi-architecture
+    fatbins) could not be found; the message says where we looked."""
+
+
+class LinkError(Error, RuntimeError):
+    """nvJitLink or nvFatbin refused the inputs; ``.log`` holds the linker's
+    error log and ``code`` its result."""
+
+    def __init__(self, message, log="", code=None):
+        self.log = log
+        self.code = code
+        super().__init__(message + (f"\n--- link log ---\n{log.rstrip()}" if log else ""))
+
+    def __reduce__(self):
+        e = (self.args[0].split("\n--- link log ---")[0], self.log, self.code)
+        return (type(self), e)
+
+
+class CudnnUnavailableError(LibraryUnavailableError):
+    """cuDNN cannot be used: not installed (``pip install nvidia-cudnn-cu13``
+    or ``pycudadrv[cudnn]``), too old, or switched off (``PYCUDADRV_CUDNN=0``)."""
+
+
+class CudnnError(Error, RuntimeError):
+    """A cuDNN call failed; ``code`` is the ``cudnnStatus_t``, ``name`` its
+    name, ``call`` the function."""
+
+    def __init__(self, message, code=None, name="", call=""):
+        self.code = code
+        self.name = name
+        self.call = call
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.code, self.name, self.call))

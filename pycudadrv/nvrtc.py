@@ -21,34 +21,7 @@ __all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrt
            "cache_dir", "clear_cache"]
 
 
-class NvrtcUnavailableError(RuntimeError):
-    """NVRTC (libnvrtc) could not be found; the message lists where we looked."""
-
-
-class NvrtcError(RuntimeError):
-    """Compilation failed. ``.log`` is NVRTC's full log (with line numbers),
-    ``.options`` the options used, ``.nvrtc_version`` the compiler version."""
-
-    def __init__(self, message, log="", options=(), nvrtc_version=None, name="kernel.cu"):
-        self.log = log
-        self.options = tuple(options)
-        self.nvrtc_version = nvrtc_version
-        self.name = name
-        ver = f"{nvrtc_version[0]}.{nvrtc_version[1]}" if nvrtc_version else "?"
-        text = f"{message} (NVRTC {ver}, options: {' '.join(self.options) or '(none)'})"
-        if log:
-            text += f"\n--- compile log of {name} ---\n{log.rstrip()}"
-        super().__init__(text)
-
-    def __reduce__(self):
-        return (_rebuild_nvrtc_error, (self.args[0], self.log, self.options, self.nvrtc_version, self.name))
-
-
-def _rebuild_nvrtc_error(text, log, options, version, name):
-    e = NvrtcError.__new__(NvrtcError)
-    RuntimeError.__init__(e, text)
-    e.log, e.options, e.nvrtc_version, e.name = log, options, version, name
-    return e
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, NvrtcError, NvrtcUnavailableError
 
 
 _lib = None
@@ -386,7 +359,7 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
         Unknown target or malformed arch.
     """
     if target not in ("cubin", "ptx"):
-        raise ValueError(f"target must be 'cubin' or 'ptx', got {target!r}")
+        raise ArgumentValueError(f"target must be 'cubin' or 'ptx', got {target!r}")
     if isinstance(source, str):
         src = source.encode()
     elif isinstance(source, (bytes, bytearray, memoryview)):
@@ -394,19 +367,19 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
         try:
             src.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"compile: source bytes are not UTF-8 ({e}); NVRTC would silently drop text") from None
+            raise ArgumentValueError(f"compile: source bytes are not UTF-8 ({e}); NVRTC would silently drop text") from None
     else:
-        raise TypeError(f"compile: source must be str or bytes, got {type(source).__name__}")
+        raise ArgumentTypeError(f"compile: source must be str or bytes, got {type(source).__name__}")
     if b"\0" in src:
-        raise ValueError("compile: source contains a NUL byte (NVRTC would ignore everything after it)")
+        raise ArgumentValueError("compile: source contains a NUL byte (NVRTC would ignore everything after it)")
     if not isinstance(name, str) or not name or "\0" in name:
-        raise TypeError(f"compile: name must be a non-empty str, got {name!r}")
+        raise ArgumentTypeError(f"compile: name must be a non-empty str, got {name!r}")
 
     def _strings(v, what):
         v = (v,) if isinstance(v, str) else tuple(v)
         for s in v:
             if not isinstance(s, str) or "\0" in s:
-                raise TypeError(f"compile: {what} must be strings without NUL bytes, got {s!r}")
+                raise ArgumentTypeError(f"compile: {what} must be strings without NUL bytes, got {s!r}")
         return v
 
     options = _strings(options, "options")
@@ -414,13 +387,13 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
     name_expressions = _strings(name_expressions, "name_expressions")
     for o in options:
         if o.startswith(("-arch", "--gpu-architecture", "-gencode", "--generate-code")):
-            raise ValueError(f"compile: give the architecture as arch=..., not in options ({o!r})")
+            raise ArgumentValueError(f"compile: give the architecture as arch=..., not in options ({o!r})")
     if headers is not None:
         if not isinstance(headers, dict):
-            raise TypeError("compile: headers must be a dict of name -> source text")
+            raise ArgumentTypeError("compile: headers must be a dict of name -> source text")
         for k, v in headers.items():
             if not isinstance(k, str) or not isinstance(v, str) or "\0" in k or "\0" in v:
-                raise TypeError(f"compile: header {k!r} must map a str name to str source without NUL bytes")
+                raise ArgumentTypeError(f"compile: header {k!r} must map a str name to str source without NUL bytes")
     lib = _load()
     if arch is None:
         arch = _default_arch()
@@ -428,7 +401,7 @@ def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, 
     if arch.isdigit():
         arch = "sm_" + arch
     if not (arch.startswith("sm_") or arch.startswith("compute_")) or not arch.split("_", 1)[1].rstrip("af").isdigit():
-        raise ValueError(f"arch must look like 'sm_90' (or 'compute_90'), got {arch!r}")
+        raise ArgumentValueError(f"arch must look like 'sm_90' (or 'compute_90'), got {arch!r}")
     num = arch.split("_", 1)[1]
     gpu_arch = ("sm_" if target == "cubin" else "compute_") + num
     opts = [f"-arch={gpu_arch}", *[f"-I{p}" for p in include_paths],
