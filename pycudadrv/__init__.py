@@ -30,7 +30,7 @@ except ImportError as _e:  # pragma: no cover - a source tree that was never bui
         f"pycudadrv). Original error: {_e}") from _e
 
 from pycudadrv import _errors, _device, _stream, _host, _memory, _marshal, _kernel, _launch, _module, _graph
-from pycudadrv import _env
+from pycudadrv import _sequence, _loops, _env
 from pycudadrv import nvrtc, timestamps, dispatch, bench, profile  # noqa: F401
 
 from pycudadrv._errors import *  # noqa: F401,F403
@@ -44,6 +44,8 @@ from pycudadrv._kernel import *  # noqa: F401,F403
 from pycudadrv._launch import *  # noqa: F401,F403
 from pycudadrv._module import *  # noqa: F401,F403
 from pycudadrv._graph import *  # noqa: F401,F403
+from pycudadrv._sequence import *  # noqa: F401,F403
+from pycudadrv._loops import *  # noqa: F401,F403
 from pycudadrv._attributes import DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES
 from pycudadrv.nvrtc import *  # noqa: F401,F403
 from pycudadrv.timestamps import *  # noqa: F401,F403
@@ -52,6 +54,6 @@ __version__ = "0.1.0"
 
 __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_host.__all__,
                   *_memory.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
-                  *_graph.__all__, *nvrtc.__all__, *timestamps.__all__,
+                  *_graph.__all__, *_sequence.__all__, *_loops.__all__, *nvrtc.__all__, *timestamps.__all__,
                   "Dispatch", "Encoder", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES",
                   "__version__", "bench", "profile", "dispatch"})

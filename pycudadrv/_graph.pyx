@@ -79,7 +79,7 @@ cdef class CapturedGraph:
         The driver refused to capture (e.g. an illegal call invalidated it).
     """
 
-    def __cinit__(self, Stream stream not None, str mode="thread_local", *, bint pdl=False):
+    def __cinit__(self, Stream stream not None, str mode="thread_local", *args, bint pdl=False, **kwargs):
         self._stream = stream
         self.mode = mode
         self.pdl = pdl
@@ -91,6 +91,8 @@ cdef class CapturedGraph:
         self._launch_streams = []
         self._after_end = []
         self._closed = False
+        self._device_updated = False
+        self._upload_first = False
 
     def __enter__(self):
         if self._graph != NULL or self._exec != NULL or self._closed:
@@ -130,12 +132,14 @@ cdef class CapturedGraph:
             self._closed = True
             raise ArgumentValueError("empty capture: nothing was launched on the stream inside the `with` block")
         self._n_nodes = <int>n
-        for hook in self._after_end:
+        for hook in list(self._after_end) + list(c.finalizers):
             hook(self)
         self._stream.device.activate()
         check(d.p_cuGraphInstantiateWithFlags(&self._exec, g, 0), "cuGraphInstantiateWithFlags")
-        self._upload_first = any(k[6] for k in self._kernels)
-        if self._upload_first:
+        # Nodes updated from the device need the graph uploaded before its first launch
+        # (and again after a host-side update of such a node).
+        self._device_updated = any(k[6] for k in self._kernels)
+        if self._device_updated:
             check(d.p_cuGraphUpload(self._exec, self._stream._handle), "cuGraphUpload")
         path = _dot_path()
         if path is not None:
@@ -173,6 +177,7 @@ cdef class CapturedGraph:
         s.device.activate()
         if self._upload_first:
             check(d.p_cuGraphUpload(self._exec, s._handle), "cuGraphUpload")
+            self._upload_first = False
         if launch_releases_gil():
             with nogil:
                 r = d.p_cuGraphLaunch(self._exec, s._handle)
@@ -273,6 +278,8 @@ cdef class CapturedGraph:
                 (<Buffer>a).add_hold()
                 self._roots.append(a)
         self._kernels[index] = (node, fn, grid, block, shmem, tuple(args), devnode)
+        if self._device_updated:
+            self._upload_first = True
 
     def debug_dot(self, path, bint verbose=True):
         """Write the driver's DOT description of the graph to ``path``

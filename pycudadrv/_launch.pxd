@@ -36,8 +36,10 @@ cdef class PreparedLaunch:
     cdef CUlaunchAttribute ex_attrs[4]
 
     cdef int _launch(self) except -1
+    cdef uintptr_t _launch_updatable(self) except? 1
     cdef int _check_bound(self) except -1
     cdef int _ensure_scratch(self) except -1
+    cdef int _launch_checks(self) except -1
 
 # The one place kernels are launched (cuLaunchKernel, or cuLaunchKernelEx when the
 # configuration has launch attributes or the stream's capture asks for PDL or a
@@ -48,6 +50,8 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
 
 # Whether launches release the GIL around the driver call (set_release_gil).
 cdef bint launch_releases_gil() noexcept
+# The installed launch instrumentation hook, or None.
+cdef object get_launch_hook_c()
 
 cdef Function make_function(CUfunction handle, str name, object module, Device device, object layout,
                             str layout_source, Lifetime module_life)

@@ -69,6 +69,10 @@ cdef bint launch_releases_gil() noexcept:
     return _release_gil
 
 
+cdef object get_launch_hook_c():
+    return _hook
+
+
 def get_release_gil():
     """Whether launches release the GIL (see :func:`set_release_gil`)."""
     return _release_gil

@@ -98,6 +98,13 @@ cdef class PreparedLaunch:
     cdef int _launch(self) except -1:
         cdef Function fn = self.fn
         cdef LaunchConfig c = self.config
+        self._launch_checks()
+        fn.device.activate()
+        issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held, False)
+        return 0
+
+    cdef inline int _launch_checks(self) except -1:
+        cdef Function fn = self.fn
         cdef Buffer b
         cdef object o
         if fn is None:
@@ -112,9 +119,25 @@ cdef class PreparedLaunch:
                 self._check_bound()
         if self._stream._closed:
             self._stream.ensure_open()
-        fn.device.activate()
-        issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held, False)
         return 0
+
+    cdef uintptr_t _launch_updatable(self) except? 1:
+        """Launch (during a capture) as a device-updatable kernel node; returns
+        its device node handle for cudaGraphKernelNodeSetGridDim & co."""
+        cdef Function fn = self.fn
+        cdef LaunchConfig c = self.config
+        self._launch_checks()
+        fn.device.activate()
+        return issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c,
+                            self._held, True)
+
+    def _launch_device_updatable(self):
+        """Capture this launch as a device-updatable kernel node; returns the
+        device node handle (an int) that kernels of the same graph pass to
+        ``cudaGraphKernelNodeSetGridDim`` / ``cudaGraphKernelNodeSetEnabled``.
+
+        Raises StateError outside a capture of the stream."""
+        return self._launch_updatable()
 
     cdef int _ensure_scratch(self) except -1:
         cdef int k

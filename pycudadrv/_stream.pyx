@@ -228,6 +228,11 @@ cdef class Stream:
         """Whether pycudadrv is capturing this stream into a graph right now."""
         return self._capture is not None
 
+    @property
+    def capture_state(self):
+        """The :class:`Capture` in progress on this stream, or None."""
+        return self._capture
+
     def __cuda_stream__(self):
         return (0, <uintptr_t>self._handle)
 
@@ -320,6 +325,15 @@ cdef class Stream:
         """
         from pycudadrv._graph import CapturedGraph
         return CapturedGraph(self, mode, pdl=pdl)
+
+    def loop(self, mode="thread_local", *, bint pdl=False, times=None, until=None, max_iterations=None):
+        """A device-side loop: ``with stream.loop(times=N) as loop:`` (or
+        ``until=pycudadrv.when(buf, "<", tol), max_iterations=M``) captures the
+        body once; ``loop.launch()`` then repeats it on the GPU through a
+        conditional WHILE node, with no host round trip between iterations.
+        See :class:`pycudadrv.DeviceLoop`."""
+        from pycudadrv._loops import DeviceLoop
+        return DeviceLoop(self, mode, pdl=pdl, times=times, until=until, max_iterations=max_iterations)
 
     def close(self):
         """Destroy an owned stream (``cuStreamDestroy``); queued work still completes.
@@ -544,6 +558,7 @@ cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target):
     c.kernels = []
     c._deferred = []
     c._allocations = []
+    c.finalizers = []
     c._target = target
     stream.device.activate()
     if target != NULL:
@@ -652,6 +667,18 @@ cdef class Capture:
     def active(self):
         """Whether the capture is still in progress."""
         return self._active
+
+    def add_finalizer(self, fn):
+        """Run ``fn(graph)`` once the capture has ended, before the graph is
+        instantiated (used to patch captured nodes, e.g. for GPU-driven
+        indirect dispatch)."""
+        if not callable(fn):
+            raise ArgumentTypeError(f"add_finalizer: expected a callable, got {type(fn).__name__}")
+        self.finalizers.append(fn)
+
+    def last_kernel_node(self):
+        """The graph node (as int) of the last kernel launch captured, or None."""
+        return self.kernels[-1][0] if self.kernels else None
 
     def __repr__(self):
         state = "active" if self._active else "ended"
