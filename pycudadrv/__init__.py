@@ -29,7 +29,7 @@ except ImportError as _e:  # pragma: no cover - a source tree that was never bui
         "place with `python -m pip install -e .` (or run from outside the checkout to use an installed "
         f"pycudadrv). Original error: {_e}") from _e
 
-from pycudadrv import _errors, _device, _stream, _host, _memory, _marshal, _kernel, _launch, _module, _graph
+from pycudadrv import _errors, _device, _stream, _host, _memory, _interop, _marshal, _kernel, _launch, _module, _graph
 from pycudadrv import _sequence, _loops, _env
 from pycudadrv import nvrtc, timestamps, dispatch, bench, profile  # noqa: F401
 
@@ -39,6 +39,7 @@ from pycudadrv._device import *  # noqa: F401,F403
 from pycudadrv._stream import *  # noqa: F401,F403
 from pycudadrv._host import *  # noqa: F401,F403
 from pycudadrv._memory import *  # noqa: F401,F403
+from pycudadrv._interop import *  # noqa: F401,F403
 from pycudadrv._marshal import *  # noqa: F401,F403
 from pycudadrv._kernel import *  # noqa: F401,F403
 from pycudadrv._launch import *  # noqa: F401,F403
@@ -53,7 +54,7 @@ from pycudadrv.dispatch import Dispatch, Encoder
 __version__ = "0.1.0"
 
 __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_host.__all__,
-                  *_memory.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
+                  *_memory.__all__, *_interop.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
                   *_graph.__all__, *_sequence.__all__, *_loops.__all__, *nvrtc.__all__, *timestamps.__all__,
                   "Dispatch", "Encoder", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES",
                   "__version__", "bench", "profile", "dispatch"})

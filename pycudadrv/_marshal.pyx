@@ -12,7 +12,8 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, peer_enabled
-from pycudadrv._memory cimport Buffer, cai_data_pointer, cai_is_contiguous
+from pycudadrv._memory cimport Buffer
+from pycudadrv._interop cimport cai_data_pointer, cai_is_contiguous
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
@@ -397,7 +398,7 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
     if cai is not None:
         return _pack_pointer(_cai_pointer(a, cai, lay, i, p), lay, i, p, dst, a)
     if hasattr(a, "__dlpack__"):
-        from pycudadrv._memory import asbuffer
+        from pycudadrv._interop import asbuffer
         try:
             b = asbuffer(a, device=lay.device)
         except ArgumentTypeError as e:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from pycudadrv._errors import StateError
 from pycudadrv._stream import Event, Stream
 
 __all__ = ["Timestamps"]
@@ -90,7 +91,7 @@ class Timestamps:
 
         Raises RuntimeError if a pass is still open."""
         if self._open:
-            raise RuntimeError("Timestamps.read() inside an open pass")
+            raise StateError("Timestamps.read() inside an open pass")
         if self._pending:
             self._pending[-1][2].synchronize()
         return self._collect()
@@ -98,7 +99,7 @@ class Timestamps:
     def reset(self):
         """Drop every recorded pass without reading it."""
         if self._open:
-            raise RuntimeError("Timestamps.reset() inside an open pass")
+            raise StateError("Timestamps.reset() inside an open pass")
         for _, start, end in self._pending:
             self._pool.append(start)
             if end is not None:
