@@ -70,35 +70,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, whereve
 
 import numpy as np  # noqa: E402
 
-from _common import (  # noqa: E402
-    BLOCK,
-    GRID,
-    KERNEL_NAME,
-    KERNEL_SRC,
-    N_ELEMS,
-    BenchSetupError,
-    ParamArray,
-    PeerSkipped,
-    Row,
-    add_output_args,
-    cuda_core_peer,
-    cupy_bench_kernel,
-    kernel_params,
-    launch_hook,
-    log,
-    loop_call0,
-    median_or_nan,
-    new_parser,
-    print_skipped,
-    pyplot,
-    run_interleaved,
-    save_figure,
-    setup,
-    setup_peers,
-    summarize,
-    sync_all_streams,
-    write_report,
-)
+from _cfloor import BenchSetupError, ParamArray, PeerSkipped, kernel_params  # noqa: E402
+from _harness import BLOCK, GRID, KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, cuda_core_peer, cupy_bench_kernel, launch_hook, loop_call0, median_or_nan, run_interleaved, setup, setup_peers, summarize, sync_all_streams  # noqa: E402
+from _report import add_output_args, log, new_parser, print_skipped, pyplot, save_figure, write_report  # noqa: E402
 
 PARAM_COUNTS = (1, 4, 16, 64)
 

@@ -33,7 +33,7 @@ Method
 ------
 Each row's timed region is ``steps`` steps *and a synchronize of its stream*,
 so every figure is steps completed on the GPU per second of wall time. The
-rows run interleaved (``bench/_common.run_interleaved``): each round times the
+rows run interleaved (``bench/_harness.run_interleaved``): each round times the
 C graph replay, every row in turn (order rotated each round), then the C graph
 again; one warm-up round is not counted. Every ratio is taken between
 figures of the same round, then the median over rounds is reported. The state
@@ -69,26 +69,9 @@ sys.path.insert(0, str(EXAMPLES_DIR))    # particles (the simulation and its ker
 import numpy as np  # noqa: E402
 
 import particles  # noqa: E402
-from _common import (  # noqa: E402
-    KernelSeq,
-    PeerSkipped,
-    Row,
-    add_output_args,
-    cuda_core_peer,
-    launch_hook,
-    log,
-    new_parser,
-    param_array_from_bytes,
-    print_skipped,
-    pyplot,
-    run_interleaved,
-    save_figure,
-    setup,
-    setup_peers,
-    summarize,
-    sync_all_streams,
-    write_report,
-)
+from _cfloor import KernelSeq, PeerSkipped, param_array_from_bytes  # noqa: E402
+from _harness import Row, cuda_core_peer, launch_hook, run_interleaved, setup, setup_peers, summarize, sync_all_streams  # noqa: E402
+from _report import add_output_args, log, new_parser, print_skipped, pyplot, save_figure, write_report  # noqa: E402
 
 C_GRAPH = "C graph replay (cuGraphLaunch loop)"
 C_LAUNCH = "C launches (cuLaunchKernel loop)"

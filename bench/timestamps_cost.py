@@ -30,10 +30,9 @@ from time import perf_counter_ns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, add_output_args, kernel_params, launch_hook, log, loop_call0,
-    median_or_nan, new_parser, run_interleaved, setup, summarize, write_report,
-)
+from _cfloor import kernel_params  # noqa: E402
+from _harness import KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, launch_hook, loop_call0, median_or_nan, run_interleaved, setup, summarize  # noqa: E402
+from _report import add_output_args, log, new_parser, write_report  # noqa: E402
 
 N_EVENTS = 256
 FLOOR = "C: event record + launch + event record"
