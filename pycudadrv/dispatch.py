@@ -107,6 +107,32 @@ class Dispatch:
         self._prepared: dict = {}
         self._fast = GridCache()  # the grid as the caller passed it -> PreparedLaunch
         self.persistent_blocks = persistent_blocks
+        self._update_kernel = None
+        self._prepare_device_indirect()
+
+    def _prepare_device_indirect(self) -> None:
+        """Load the update kernel of GPU-driven indirect dispatch now, outside any
+        capture (a module load has no place inside one). A failure here only
+        defers the load (and its error) to the first indirect dispatch in a capture."""
+        stream = self._pass.encoder.stream
+        if stream.capturing:
+            return
+        try:
+            from pycudadrv._driver import driver_version
+
+            if driver_version() >= (12, 4):
+                self._indirect_update_kernel()
+        except Exception:  # noqa: BLE001 -- see the docstring
+            pass
+
+    def _indirect_update_kernel(self) -> Any:
+        """pycudadrv's update kernel for GPU-driven indirect dispatch, loaded
+        outside any capture (a module load has no place inside one)."""
+        if self._update_kernel is None:
+            from pycudadrv._loops import loop_kernel
+
+            self._update_kernel = loop_kernel(self.function.device, "pycudadrv_indirect_update")
+        return self._update_kernel
 
     # -- bindings ----------------------------------------------------------------------
     def set_arg(self, slot: tuple[int, int], buffer: Buffer, kind: str = "storage") -> Dispatch:
@@ -167,11 +193,11 @@ class Dispatch:
     def _device_indirect(self, indirect: Buffer) -> None:
         """GPU-driven indirect dispatch inside a capture: an update kernel sets
         the exact grid of a device-updatable node of this dispatch's kernel."""
-        from pycudadrv._loops import loop_kernel, patch_kernel_node
+        from pycudadrv._loops import patch_kernel_node
 
         stream = self._pass.encoder.stream
         dev = self.function.device
-        upd = loop_kernel(dev, "pycudadrv_indirect_update")
+        upd = self._indirect_update_kernel()
         limits = tuple(np.uint32(dev.attribute(f"max_grid_dim_{a}")) for a in "xyz")
         upd.launch(1, 1, np.uint64(0), indirect, *limits, stream=stream)
         cap = stream.capture_state
