@@ -2,12 +2,13 @@
 """CUDA graph capture and replay (``with stream.capture() as graph``), built on
 the stream's Capture state."""
 cimport cython
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uintptr_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
+from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport Stream, Capture, begin_capture, resolve_stream
 from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, pycudadrv_arena,
@@ -19,7 +20,7 @@ import threading
 from pycudadrv._errors import (ArgumentIndexError, ArgumentTypeError, ArgumentValueError, GraphUpdateError,
                                StateError, CudaError)
 
-__all__ = ["CapturedGraph", "GraphUpdateError"]
+__all__ = ["CapturedGraph", "GraphUpdateError", "graph_memory_used"]
 
 cdef int _dot_count = 0
 _dot_lock = threading.Lock()
@@ -38,6 +39,16 @@ def _dot_path():
         return pattern.replace("{n}", str(n))
     root, ext = os.path.splitext(pattern)
     return pattern if n == 0 else f"{root}-{n}{ext or '.dot'}"
+
+
+def graph_memory_used(device=None):
+    """Bytes of device memory that graph memory nodes hold on ``device``
+    right now (``cuDeviceGetGraphMemAttribute``, ``USED_MEM_CURRENT``)."""
+    cdef Device dev = as_device(device)
+    cdef uint64_t v = 0
+    check(driver().p_cuDeviceGetGraphMemAttribute(dev._handle, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v),
+          "cuDeviceGetGraphMemAttribute")
+    return v
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.

@@ -19,7 +19,7 @@ from pycudadrv._stream import alloc_trace
 from pycudadrv._dlpack import KDL_CUDA
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError)
 
-__all__ = ["Buffer", "graph_memory_used"]
+__all__ = ["Buffer"]
 
 cdef extern from "cuda.h":
     enum:
@@ -45,16 +45,6 @@ cdef int _configure_pool(Device dev) except -1:
     return 0
 
 
-def graph_memory_used(device=None):
-    """Bytes of device memory that graph memory nodes hold on ``device``
-    right now (``cuDeviceGetGraphMemAttribute``, ``USED_MEM_CURRENT``)."""
-    cdef Device dev = as_device(device)
-    cdef uint64_t v = 0
-    check(driver().p_cuDeviceGetGraphMemAttribute(dev._handle, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v),
-          "cuDeviceGetGraphMemAttribute")
-    return v
-
-
 cdef Buffer _new_view(Buffer parent, CUdeviceptr ptr, size_t nbytes, object dtype, object shape):
     cdef Buffer v = Buffer.__new__(Buffer)
     v.device = parent.device
@@ -66,6 +56,52 @@ cdef Buffer _new_view(Buffer parent, CUdeviceptr ptr, size_t nbytes, object dtyp
     v._dtype = dtype
     v._shape = shape
     return v
+
+
+cdef class _DeferredFree:
+    """An allocation to free: with ``cuMemFreeAsync`` on ``free_stream`` after the
+    work of the allocation stream and of every stream that used it, or with
+    ``cuMemFree`` (``free_stream`` None). Kept by a capture that forbade the
+    free until it ends."""
+    cdef CUdeviceptr ptr
+    cdef Device device
+    cdef Stream alloc_stream
+    cdef Stream free_stream
+    cdef list users
+
+    cdef int free(self, bint raise_errors) except -1:
+        cdef pycudadrv_driver_api* d = driver()
+        cdef Stream fs = self.free_stream
+        cdef CUresult r
+        self.device.activate()
+        if fs is None:
+            r = d.p_cuMemFree(self.ptr)
+            call = "cuMemFree"
+        else:
+            if fs._closed:
+                fs = <Stream>self.device.default_stream
+            try:
+                if fs is not self.alloc_stream:
+                    order_after(fs, self.alloc_stream)
+                for u in (self.users or ()):
+                    order_after(fs, <Stream>u)
+            except Exception:
+                if raise_errors:
+                    raise
+            self.device.activate()
+            r = d.p_cuMemFreeAsync(self.ptr, fs._handle)
+            call = "cuMemFreeAsync"
+        self.ptr = 0
+        if raise_errors:
+            check(r, call.encode())
+        elif r != CUDA_SUCCESS:
+            warn_dealloc_failure("Buffer", make_error(r, call))
+        return 0
+
+    def _release_deferred(self):
+        """Called when the capture that deferred this free ends."""
+        if self.ptr != 0:
+            self.free(False)
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
@@ -233,10 +269,6 @@ cdef class Buffer:
         """Called when a DLPack consumer releases its tensor of this buffer."""
         self.release_hold()
 
-    def _release_deferred(self):
-        """Called when a capture that deferred this buffer's free ends."""
-        self._release(False, False)
-
     def _free_in_capture(self):
         """Called when the capture that allocated this buffer ends: free it
         inside the graph (a graph memory free node) and close it."""
@@ -264,10 +296,9 @@ cdef class Buffer:
         """Free the allocation of this root once nothing holds it: ordered after
         every stream that used it; deferred to the end of a capture that would
         otherwise record (or forbid) the free."""
-        cdef pycudadrv_driver_api* d
         cdef Stream fs, u
         cdef Capture c
-        cdef CUresult r
+        cdef _DeferredFree rec
         if not self._owned or self._ptr == 0:
             return 0
         if self._holds > 0 or (self._cai_exported and not in_dealloc):
@@ -286,37 +317,17 @@ cdef class Buffer:
                 if u._capture is not None:
                     c = u._capture
                     break
-        if c is not None and not in_dealloc:
-            self._free_pending = True
-            c.defer(self)
-            return 0
-        ptr = self._ptr
+        rec = _DeferredFree.__new__(_DeferredFree)
+        rec.ptr, rec.device, rec.alloc_stream, rec.free_stream = self._ptr, self.device, self._stream, fs
+        rec.users = self._users
         self._ptr = 0
         self._owned = False
         self._free_pending = False
-        d = driver()
-        self.device.activate()
-        if fs is None:
-            r = d.p_cuMemFree(ptr)
-            call = b"cuMemFree"
-        else:
-            try:
-                if fs is not self._stream:
-                    order_after(fs, self._stream)
-                for u in (self._users or ()):
-                    order_after(fs, u)
-            except Exception:
-                if raise_errors:
-                    raise
-            self.device.activate()
-            r = d.p_cuMemFreeAsync(ptr, fs._handle)
-            call = b"cuMemFreeAsync"
         self._users = None
-        if raise_errors:
-            check(r, call)
-        elif r != CUDA_SUCCESS:
-            warn_dealloc_failure("Buffer", make_error(r, call.decode()))
-        return 0
+        if c is not None:
+            c.defer(rec)              # freed when the capture ends, in the same order
+            return 0
+        return rec.free(raise_errors)
 
     @property
     def ptr(self):
