@@ -10,6 +10,11 @@ cdef class Function(KernelBase):
     cdef readonly object module
     cdef Stream _default_stream
     cdef ParamLayout layout
+    # Generic launches of a known layout marshal into this arena, repacking only the
+    # arguments that are not the previous call's very (immutable) objects.
+    cdef pycudadrv_arena _arena
+    cdef bint _arena_ready
+    cdef tuple _last
 
 cdef class LaunchConfig:
     cdef unsigned int grid[3]

@@ -14,7 +14,8 @@ from pycudadrv._kernel cimport KernelBase, parse_dims, validate_config
 from pycudadrv._stream cimport (Stream, Event, Capture, resolve_stream, captures_active,
                                 check_launch_outside_capture)
 from pycudadrv._memory cimport Buffer
-from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, marshal, infer_layout, args_summary,
+from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, marshal, marshal_cached, infer_layout,
+                                 args_summary, pycudadrv_arena_layout,
                                  pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
                                  pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
                                  pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY)
@@ -268,6 +269,14 @@ cdef class Function(KernelBase):
     kernel-parameter rules in the docs for which Python value becomes which bytes.
     """
 
+    def __cinit__(self):
+        pycudadrv_arena_init(&self._arena)
+        self._arena_ready = False
+        self._last = None
+
+    def __dealloc__(self):
+        pycudadrv_arena_release(&self._arena)
+
     def __init__(self, *args, **kwargs):
         raise ArgumentTypeError("Function objects come from Module.function(name)")
 
@@ -286,6 +295,8 @@ cdef class Function(KernelBase):
                     f"disagrees with the kernel's own parameter info ({lay.source}): "
                     f"({_signature.format_layout(lay.params)})")
         lay.set(layout, "signature")
+        self._arena_ready = False
+        self._last = None
         return self
 
     @property
@@ -396,6 +407,22 @@ cdef class Function(KernelBase):
             s = resolve_stream(stream, self.device)
         if s._closed:
             s.ensure_open()
+        if lay.n >= 0 and not _release_gil:
+            # The common case: the layout is known and the GIL is held for the whole launch,
+            # so the function's own arena is safe to reuse; unchanged immutable arguments keep
+            # their bytes.
+            if not self._arena_ready:
+                if n and pycudadrv_arena_layout(&self._arena, <const unsigned char*>&lay.specs[0].size,
+                                                sizeof(ParamSpec), <uint32_t>n) != 0:
+                    raise MemoryError("kernel argument arena")
+                self._arena_ready = True
+                self._last = None
+            last, self._last = self._last, None      # dropped while packing: a failure leaves no cache
+            kp = marshal_cached(&self._arena, lay, args, last, s)
+            self._last = args
+            self.device.activate()
+            issue_launch(self, g, b, shared_mem_bytes, s, kp, lc, args, False)
+            return
         pycudadrv_arena_init(&arena)
         try:
             if lay.n < 0:

@@ -12,6 +12,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, peer_enabled
+from pycudadrv._stream cimport Stream
 from pycudadrv._memory cimport Buffer
 from pycudadrv._interop cimport cai_data_pointer, cai_is_contiguous
 
@@ -413,6 +414,8 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
     cdef Buffer b
     cdef double x
     cdef float f
+    cdef int overflow = 0
+    cdef long long v
     if t is Buffer:
         b = <Buffer>a
         if b._closed or b._root._closed:
@@ -435,6 +438,11 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
                 return 0
         return _pack_float(x, lay, i, p, dst, a)
     if t is int:
+        if p.size == 4 and (p.kind == INT or p.kind == INTEGER or p.kind == ANY):
+            v = PyLong_AsLongLongAndOverflow(a, &overflow)
+            if overflow == 0 and -2147483648LL <= v <= (2147483647LL if p.kind == INT else 4294967295LL):
+                (<uint32_t*>dst)[0] = <uint32_t>v          # the common case: a 32-bit int in range
+                return 0
         return _pack_int(a, lay, i, p, dst)
     if t is bool and p.kind != POINTER:
         return _pack_int(1 if a is True else 0, lay, i, p, dst)
@@ -484,13 +492,57 @@ cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL:
 
 
 cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs) except NULL:
-    cdef Py_ssize_t i
-    cdef unsigned char* dst
-    for i in range(len(args)):
-        dst = pycudadrv_arena_push(arena, specs[i].size)
-        if dst == NULL:
-            raise MemoryError("kernel argument arena")
-        pack_arg(args[i], lay, i, &specs[i], dst)
+    cdef Py_ssize_t i, n = len(args)
+    if n and pycudadrv_arena_layout(arena, <const unsigned char*>&specs[0].size, sizeof(ParamSpec),
+                                    <uint32_t>n) != 0:
+        raise MemoryError("kernel argument arena")
+    for i in range(n):
+        pack_arg(args[i], lay, i, &specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
+    return pycudadrv_arena_finish(arena)
+
+
+cdef extern from "Python.h":
+    ctypedef struct _PyObjectHead "PyObject":
+        void* ob_type
+    void* _tuple_item "PyTuple_GET_ITEM"(object t, Py_ssize_t i)      # a borrowed reference
+
+_int_t, _float_t, _bool_t, _bytes_t = int, float, bool, bytes   # the builtin types (kept alive: module globals)
+cdef void* _T_INT = <void*>_int_t
+cdef void* _T_FLOAT = <void*>_float_t
+cdef void* _T_BOOL = <void*>_bool_t
+cdef void* _T_BYTES = <void*>_bytes_t
+cdef void* _T_BUFFER = <void*>Buffer
+cdef void* _NONE = <void*>None
+
+
+cdef inline bint _np_type_known(void* t) noexcept:
+    cdef int k
+    for k in range(_n_np):
+        if _np_type[k] == t:
+            return True
+    return False
+
+
+cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, tuple last, Stream s) except NULL:
+    cdef Py_ssize_t i, n = len(args)
+    cdef bint have_last = last is not None and len(last) == n
+    cdef void* pa
+    cdef void* t
+    cdef Buffer b
+    for i in range(n):
+        pa = _tuple_item(args, i)
+        t = (<_PyObjectHead*>pa).ob_type
+        if t == _T_BUFFER:
+            b = <Buffer><object>pa
+            if not have_last or pa != _tuple_item(last, i) or b._closed or b._root._closed:
+                pack_arg(b, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
+            if s is not b._stream and s is not b._root._last_user:
+                b.note_use(s)
+            continue
+        if have_last and pa == _tuple_item(last, i) and (
+                t == _T_INT or t == _T_FLOAT or t == _T_BOOL or pa == _NONE or t == _T_BYTES or _np_type_known(t)):
+            continue          # the very same immutable object: its bytes are already in place
+        pack_arg(<object>pa, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
     return pycudadrv_arena_finish(arena)
 
 

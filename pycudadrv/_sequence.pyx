@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """Launch sequences: prepared launches (and event records and stream waits)
 issued by one Python call in one C loop; and the grid -> prepared-launch cache
-of Dispatch's fast path."""
+Dispatch's fast path (a grid seen before goes straight to its prepared launch)."""
 cimport cython
 from libc.stdint cimport uintptr_t
 from cpython.dict cimport PyDict_GetItem
@@ -15,7 +15,7 @@ from pycudadrv._launch cimport Function, LaunchConfig, PreparedLaunch, get_launc
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, StateError
 
-__all__ = ["LaunchSequence", "GridCache"]
+__all__ = ["LaunchSequence"]
 
 cdef enum:
     _LAUNCH = 0
@@ -123,37 +123,37 @@ cdef class LaunchSequence:
         return f"<LaunchSequence of {self._n} items ({len(self._prepared)} launches)>"
 
 
-@cython.final
-cdef class GridCache:
-    """A dict of grid -> PreparedLaunch whose :meth:`launch` is one look-up
-    and one prepared launch (Dispatch's fast path)."""
+cdef class DispatchBase:
+    """The fast path of :class:`pycudadrv.dispatch.Dispatch`: a grid seen
+    before (as the same hashable value) goes straight to its prepared launch
+    in C; everything else goes to the subclass's ``_dispatch``."""
     cdef dict _by_grid
 
-    def __init__(self):
+    def __cinit__(self, *args, **kwargs):
         self._by_grid = {}
 
-    cpdef bint launch(self, object grid) except -1:
-        """Launch the prepared launch cached for ``grid``; False when none is
-        (or ``grid`` is unhashable), True after launching."""
-        cdef PyObject* p = PyDict_GetItem(self._by_grid, grid)   # NULL for unhashable grids too
-        if p == NULL:
-            return False
-        (<PreparedLaunch>p)._launch()
-        return True
+    def dispatch(self, grid=None, *, threads=None, indirect=None):
+        """Launch. Exactly one of:
 
-    def put(self, grid, PreparedLaunch p not None):
-        """Cache ``p`` for ``grid`` (the value exactly as the caller passes it)."""
+        * ``grid=(x, y, z)`` workgroups (blocks);
+        * ``threads=(x, y, z)``: the grid is the ceiling of threads / block;
+        * ``indirect=buffer``: three u32 workgroup counts on the device (see
+          :mod:`pycudadrv.dispatch` for how it runs).
+
+        A zero-size grid or an empty indirect buffer is a no-op. Raises
+        ArgumentValueError when none or several are given, or the indirect
+        buffer is not 0 or at least 12 bytes."""
+        cdef PyObject* p
+        if threads is None and indirect is None:
+            p = PyDict_GetItem(self._by_grid, grid)     # NULL for unhashable grids too
+            if p != NULL:
+                (<PreparedLaunch>p)._launch()
+                return
+        return self._dispatch(grid, threads, indirect)
+
+    def _cache_grid(self, grid, PreparedLaunch p not None):
+        """Remember ``p`` for ``grid`` (the value exactly as the caller passes it)."""
         self._by_grid[grid] = p
 
-    def get(self, grid):
-        """The cached PreparedLaunch for ``grid``, or None."""
-        try:
-            return self._by_grid.get(grid)
-        except TypeError:
-            return None
-
-    def clear(self):
+    def _clear_grid_cache(self):
         self._by_grid.clear()
-
-    def __len__(self):
-        return len(self._by_grid)

@@ -67,7 +67,7 @@ from pycudadrv._env import env_flag, env_int
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
 from pycudadrv._kernel import dims3
 from pycudadrv._memory import Buffer
-from pycudadrv._sequence import GridCache
+from pycudadrv._sequence import DispatchBase
 
 __all__ = ["Encoder", "Pass", "Dispatch", "encoder"]
 
@@ -91,11 +91,12 @@ def _device_indirect_supported(stream: Any) -> bool:
     return stream.capturing and driver_version() >= (12, 4)
 
 
-class Dispatch:
+class Dispatch(DispatchBase):
     """A kernel plus its bindings and push constants; :meth:`dispatch` launches it.
 
     Made by :meth:`Pass.dispatch`. The launch goes through a prepared launch
-    cached per grid, so an unchanged dispatch re-marshals nothing.
+    cached per grid, so an unchanged dispatch re-marshals nothing; a grid seen
+    before goes to it in C (:class:`pycudadrv._sequence.DispatchBase`).
     """
 
     def __init__(self, pass_: Pass, function: Any, block: Any = (64, 1, 1), persistent_blocks: int | None = None):
@@ -105,7 +106,6 @@ class Dispatch:
         self._bindings: dict[tuple[int, int], tuple[Buffer, str]] = {}
         self._push: tuple = ()
         self._prepared: dict = {}
-        self._fast = GridCache()  # the grid as the caller passed it -> PreparedLaunch
         self.persistent_blocks = persistent_blocks
         self._update_kernel = None
         self._prepare_device_indirect()
@@ -153,7 +153,7 @@ class Dispatch:
             buffer.ptr  # raises ClosedError naming why
         self._bindings[(int(slot[0]), int(slot[1]))] = (buffer, kind)
         self._prepared.clear()
-        self._fast.clear()
+        self._clear_grid_cache()
         return self
 
     def set_push_constants(self, data: Any) -> Dispatch:
@@ -163,7 +163,7 @@ class Dispatch:
         raw += b"\0" * (-len(raw) % 8)
         self._push = tuple(np.frombuffer(raw, dtype=np.uint64)) if raw else ()
         self._prepared.clear()
-        self._fast.clear()
+        self._clear_grid_cache()
         return self
 
     def arguments(self, indirect: Buffer | None = None) -> list:
@@ -210,19 +210,9 @@ class Dispatch:
         args = (np.uint64(devnode), indirect, *limits)
         cap.add_finalizer(lambda g: patch_kernel_node(g, node, upd, (1, 1, 1), (1, 1, 1), 0, args))
 
-    def dispatch(self, grid: Any = None, *, threads: Any = None, indirect: Buffer | None = None) -> None:
-        """Launch. Exactly one of:
-
-        * ``grid=(x, y, z)`` workgroups (blocks);
-        * ``threads=(x, y, z)``: the grid is the ceiling of threads / block;
-        * ``indirect=buffer``: three u32 workgroup counts on the device (see
-          the module docstring for how it runs).
-
-        A zero-size grid or an empty indirect buffer is a no-op. Raises
-        ArgumentValueError when none or several are given, or the indirect
-        buffer is not 0 or at least 12 bytes."""
-        if threads is None and indirect is None and self._fast.launch(grid):
-            return  # a grid seen before (as the same hashable value): its prepared launch
+    # dispatch(grid=None, *, threads=None, indirect=None) is DispatchBase.dispatch (in C): a grid
+    # seen before launches its prepared launch directly; every other call comes here.
+    def _dispatch(self, grid: Any, threads: Any, indirect: Buffer | None) -> None:
         if sum(x is not None for x in (grid, threads, indirect)) != 1:
             raise ArgumentValueError("give exactly one of grid=, threads= or indirect=")
         if indirect is not None:
@@ -239,7 +229,7 @@ class Dispatch:
         p.launch()
         if threads is None:
             try:
-                self._fast.put(grid, p)
+                self._cache_grid(grid, p)
             except TypeError:  # an unhashable grid (a list): no fast path for it
                 pass
 
@@ -265,7 +255,7 @@ class Dispatch:
         n = _persistent_blocks(self.function, self.persistent_blocks)
         self._prepared_for((n, 1, 1), indirect).launch()
 
-    launch = dispatch
+    launch = DispatchBase.dispatch
 
     def __repr__(self) -> str:
         return (f"<Dispatch '{self.function.name}' block={self.block} {len(self._bindings)} binding(s), "

@@ -76,7 +76,7 @@ def test_buffer_metadata_is_read_only_and_view_validates_it(rng):
     assert np.array_equal(v.to_numpy(), a.reshape(8, 8))
     u = b.view(np.uint32)
     assert np.array_equal(u.to_numpy(), a.view(np.uint32))
-    with pytest.raises(cd.ArgumentValueError, match="256 bytes"):
+    with pytest.raises(cd.ArgumentValueError, match="the buffer has 256"):
         b.view(np.float64, (64,))
     with pytest.raises(cd.ArgumentValueError):
         cd.Buffer.empty(10).view(np.float32)
