@@ -237,6 +237,43 @@ class CFloor:
             raise RuntimeError("C floor: floor_graph_capture_seq returned no graph")
         return int(out.value), int(nodes.value)
 
+    # -- PDL graphs and device-side loops (graph_loops.py) ----------------------------------
+
+    @property
+    def has_loops(self) -> bool:
+        """Whether the compiled source has floor_graph_capture_seq_pdl / floor_while_graph_seq."""
+        return hasattr(self.lib, "floor_while_graph_seq") and hasattr(self.lib, "floor_graph_capture_seq_pdl")
+
+    def graph_capture_seq_pdl(self, seq: "KernelSeq", stream: int, repeats: int) -> int:
+        """As :meth:`graph_capture_seq`, every launch with programmatic stream serialization
+        (cuLaunchKernelEx), so consecutive kernels are joined by programmatic edges;
+        returns the CUgraphExec as int."""
+        self._need_seq()
+        P, I = ctypes.c_void_p, ctypes.c_int
+        fn = self.lib.floor_graph_capture_seq_pdl
+        fn.argtypes = [I, P, P, P, P, P, I, ctypes.POINTER(P), ctypes.POINTER(I)]
+        fn.restype = I
+        out, nodes = ctypes.c_void_p(None), ctypes.c_int(-1)
+        self._rc(fn(seq.n, seq.funcs_address, seq.dims_address, seq.shared_address, seq.params_address, stream,
+                    repeats, ctypes.byref(out), ctypes.byref(nodes)), f"capturing {repeats} PDL steps")
+        return int(out.value)
+
+    def while_graph_seq(self, seq: "KernelSeq", stream: int, steps_per_iteration: int, pdl: bool,
+                        cond_func: int, state_ptr: int, iterations: int) -> int:
+        """A graph of one WHILE node whose body is ``steps_per_iteration`` steps of ``seq``
+        and then ``cond_func(handle, state, iterations)`` (pycudadrv's own condition
+        kernel), built in C; returns the CUgraphExec as int."""
+        self._need_seq()
+        P, I, U = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+        fn = self.lib.floor_while_graph_seq
+        fn.argtypes = [I, P, P, P, P, P, I, I, P, P, U, ctypes.POINTER(P)]
+        fn.restype = I
+        out = ctypes.c_void_p(None)
+        self._rc(fn(seq.n, seq.funcs_address, seq.dims_address, seq.shared_address, seq.params_address, stream,
+                    steps_per_iteration, 1 if pdl else 0, cond_func, state_ptr, iterations, ctypes.byref(out)),
+                 f"building a WHILE loop of {iterations} x {steps_per_iteration} steps")
+        return int(out.value)
+
     def launch_seq_loop(self, seq: "KernelSeq", stream: int, repeats: int, synchronize: bool = True) -> int:
         """``repeats`` x the kernels of ``seq`` as plain ``cuLaunchKernel`` calls, then (with
         ``synchronize``) ``cuStreamSynchronize(stream)``, all timed in C; elapsed nanoseconds."""

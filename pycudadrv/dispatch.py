@@ -72,6 +72,9 @@ from pycudadrv._sequence import DispatchBase
 __all__ = ["Encoder", "Pass", "Dispatch", "encoder"]
 
 _KINDS = ("storage", "uniform")
+#: How an indirect dispatch runs: "auto" (GPU-driven inside a capture where the driver can, else
+#: persistent), "device" (GPU-driven, or an error), "persistent" (always persistent blocks).
+_INDIRECT_MODES = ("auto", "device", "persistent")
 
 
 def _dims(v: Any, what: str) -> tuple[int, int, int] | None:
@@ -99,7 +102,11 @@ class Dispatch(DispatchBase):
     before goes to it in C (:class:`pycudadrv._sequence.DispatchBase`).
     """
 
-    def __init__(self, pass_: Pass, function: Any, block: Any = (64, 1, 1), persistent_blocks: int | None = None):
+    def __init__(self, pass_: Pass, function: Any, block: Any = (64, 1, 1), persistent_blocks: int | None = None,
+                 indirect_mode: str = "auto"):
+        if indirect_mode not in _INDIRECT_MODES:
+            raise ArgumentValueError(f"indirect_mode must be one of {_INDIRECT_MODES}, got {indirect_mode!r}")
+        self.indirect_mode = indirect_mode
         self._pass = pass_
         self.function = function
         self.block = _dims(block, "block")
@@ -249,9 +256,12 @@ class Dispatch(DispatchBase):
             if 0 not in g:
                 self._prepared_for(g, None).launch()
             return
-        if _device_indirect_supported(stream):
+        if self.indirect_mode != "persistent" and _device_indirect_supported(stream):
             self._device_indirect(indirect)
             return
+        if self.indirect_mode == "device":
+            raise ArgumentValueError(f"Dispatch of '{self.function.name}': indirect_mode='device' needs a capture "
+                                     "of the encoder's stream and a CUDA 12.4+ driver")
         n = _persistent_blocks(self.function, self.persistent_blocks)
         self._prepared_for((n, 1, 1), indirect).launch()
 
@@ -269,9 +279,12 @@ class Pass:
         self.encoder = encoder
         self.label = label
 
-    def dispatch(self, function: Any, *, block: Any = (64, 1, 1), persistent_blocks: int | None = None) -> Dispatch:
-        """A :class:`Dispatch` of ``function`` with workgroup size ``block``."""
-        return Dispatch(self, function, block, persistent_blocks)
+    def dispatch(self, function: Any, *, block: Any = (64, 1, 1), persistent_blocks: int | None = None,
+                 indirect_mode: str = "auto") -> Dispatch:
+        """A :class:`Dispatch` of ``function`` with workgroup size ``block``;
+        ``indirect_mode`` is ``"auto"``, ``"device"`` or ``"persistent"`` (see
+        the module docstring)."""
+        return Dispatch(self, function, block, persistent_blocks, indirect_mode)
 
 
 class Encoder:

@@ -248,3 +248,16 @@ def test_a_launch_sequence_does_what_its_launches_do(mod, rng):
     x.close()
     with pytest.raises(cd.ClosedError, match="kernel 'affine', parameter #1"):
         seq()
+
+
+# --- the main job's workload, every way -------------------------------------------------
+
+def test_heat_job_gives_the_same_bits_every_way_and_matches_numpy():
+    from pycudadrv import heat
+
+    n, steps = 128, 250          # not a multiple of the graph's 100 steps: a prepared tail follows
+    ref = heat.reference(heat.initial_grid(n), steps)
+    out = {m: heat.run(n, steps, mode=m)[0] for m in heat.MODES}
+    for m in heat.MODES:
+        np.testing.assert_array_equal(out[m], out["prepared"], err_msg=m)
+    assert heat.rel_error(out["prepared"], ref) < 1e-5
