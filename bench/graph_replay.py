@@ -663,7 +663,15 @@ def main(argv=None) -> int:
     passed = all(targets.values())
     print("targets: " + "; ".join(f"{k_}: {'PASS' if v else 'FAIL'}" for k_, v in targets.items()))
 
+    def med(r):
+        return r["ratio_summary"]["median"] if r.get("ratio_summary", {}).get("n") else None
+
+    summary = {"replay_per_kernel_over_c": med(replay_rep["rows"][REPLAY_PY]),
+               "graph_launch_over_c": med(host_rep["rows"][HOST_PY]),
+               "heat_graph_over_eager": (heat_rep["ways"][graph_name]["speedup_summary"]["median"]
+                                         if graph_name in heat_rep["ways"] else None)}
     data = {
+        "summary": summary,
         **bench.report_header(),
         "config": {"rounds": args.rounds, "warmup_rounds": args.warmup_rounds, "rotate": not args.no_rotate,
                    "kernels": K, "replays": R, "launches": args.launches, "batch": args.batch,

@@ -550,7 +550,17 @@ def main(argv=None) -> int:
           + ", ".join(f"{n} <= {t:.2f}: {'PASS' if main_rep['rows'][n]['pass'] else 'FAIL'}"
                       for n, t in TARGETS.items() if n in main_rep["rows"]))
 
+    def med(rows, name):
+        r = rows.get(name)
+        return None if r is None or not r.get("ratio_summary", {}).get("n") else r["ratio_summary"]["median"]
+
+    summary = {"prepared_over_c": med(main_rep["rows"], PREPARED), "generic_over_c": med(main_rep["rows"], GENERIC),
+               "cuda_core_over_c": med(main_rep["rows"], CORE), "cupy_over_c": med(main_rep["rows"], CUPY)}
+    for count, r in params_rep.items():
+        summary[f"generic{count}_over_c"] = med(r["rows"], GENERIC)
+        summary[f"prepared{count}_over_c"] = med(r["rows"], PREPARED)
     data = {
+        "summary": summary,
         **bench.report_header(),
         "config": {"rounds": args.rounds, "launches_per_round": args.launches,
                    "warmup_rounds": args.warmup_rounds, "rotate": not args.no_rotate,

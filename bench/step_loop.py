@@ -568,7 +568,15 @@ def main(argv=None) -> int:
     else:
         print(f"\nno launch-bound size (N <= {LAUNCH_BOUND_MAX:,}) measured: targets not evaluated")
 
+    summary = {}
+    if target_n is not None:
+        rep_t = next(r for r in reports if r["n"] == target_n)
+        for key in RATIOS:
+            r = rep_t["ratios"][key]
+            summary[key] = r["summary"]["median"] if r.get("available") else None
+        summary["size"] = target_n
     data = {
+        "summary": summary,
         **bench.report_header(),
         "config": {"sizes": args.sizes, "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
                    "steps_per_graph": args.k, "block": particles.BLOCK, "kernels_per_step": list(particles.STEP_KERNELS),
