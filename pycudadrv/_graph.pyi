@@ -8,20 +8,26 @@ from typing_extensions import Self, disjoint_base
 from pycudadrv._launch import _KernelArg
 from pycudadrv._stream import Stream, _CaptureMode, _StreamLike
 
+__all__ = ['CapturedGraph', 'GraphUpdateError', 'graph_memory_used']
+
 _PathT = TypeVar("_PathT", bound=str | os.PathLike[str])
 
-class GraphUpdateError(RuntimeError):
-    """The driver refused to update an instantiated graph; the message says why."""
+from pycudadrv._errors import GraphUpdateError as GraphUpdateError
+from pycudadrv._stream import _DeviceLike
+
+def graph_memory_used(device: _DeviceLike | None = None) -> int: ...
 
 @disjoint_base
 class CapturedGraph:
     """A CUDA graph captured from a stream, instantiated for replay."""
 
-    def __new__(cls, stream: Stream, mode: _CaptureMode = "thread_local") -> Self: ...
+    def __new__(cls, stream: Stream, mode: _CaptureMode = "thread_local", *, pdl: bool = False) -> Self: ...
     @property
     def mode(self) -> _CaptureMode: ...
     @property
-    def thread_id(self) -> int | None: ...
+    def pdl(self) -> bool: ...
+    @property
+    def stream(self) -> Stream: ...
     def __enter__(self) -> Self: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
