@@ -172,7 +172,7 @@ cdef int _int_range_error(ParamLayout lay, Py_ssize_t i, ParamSpec* p, object a)
     sign = "signed " if kind == INT else ("unsigned " if kind == UINT else "")
     if kind == INT:
         rng = f"[{-(1 << (bits - 1))}, {(1 << (bits - 1)) - 1}]"
-    elif kind == UINT:
+    elif kind == UINT or kind == POINTER:
         rng = f"[0, {(1 << bits) - 1}]"
     else:
         rng = f"[{-(1 << (bits - 1))}, {(1 << bits) - 1}]"
