@@ -296,10 +296,10 @@ def run_interruptible(jobs: Sequence[Callable[[threading.Event], T]]) -> list[T]
 
     threads = [threading.Thread(target=body, args=(i, j), name="pycudadrv-compile", daemon=True)
                for i, j in enumerate(jobs)]
-    for t in threads:
-        _running[t] = cancel
-        t.start()
     try:
+        for t in threads:
+            _running[t] = cancel
+            t.start()
         for ev in done:
             while not ev.wait(0.05):
                 pass
