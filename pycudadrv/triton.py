@@ -195,7 +195,8 @@ class TritonConvention:
                 got = self._at(full, path)
                 want = _unwrap(want)
                 got = _unwrap(got)
-                if _simple(want) and _simple(got) and (type(got) is not type(want) or got != want):
+                if (want is None) != (got is None) or (_simple(want) and _simple(got) and
+                                                       (type(got) is not type(want) or got != want)):
                     why = ("Triton specialised it when compiling (an int equal to 1 or None becomes a constant "
                            "unless the parameter is in do_not_specialize)" if self._specialised(path) else
                            "it is a tl.constexpr")
@@ -404,6 +405,11 @@ class TritonKernel:
         self.cooperative = conv.cooperative
         self.programmatic_dependent = conv.programmatic_dependent
 
+    def _stream(self, stream: Any) -> Any:
+        from pycudadrv._stream import Stream
+
+        return stream if isinstance(stream, Stream) else Stream.from_handle(stream, self.device)
+
     def _scratch(self, grid: tuple[int, int, int], stream: Any) -> tuple[list[Any], list[Any]]:
         """Scratch pointers for a launch of ``grid`` (None when not needed) and the Buffers to free after it."""
         conv = self.convention
@@ -434,6 +440,8 @@ class TritonKernel:
         if g[0] == 0 or g[1] == 0 or g[2] == 0:
             conv.kernel_args(args, [None] * conv.n_scratch_params)   # the arguments are still checked
             return
+        if stream is not None and conv.n_scratch_params and (conv.global_scratch_size or conv.profile_scratch_size):
+            stream = self._stream(stream)   # one wrapper for the scratch allocation and the launch
         scratch, owned = self._scratch(g, stream)
         try:
             self.function.launch(g, self.block, *conv.kernel_args(args, scratch), shared_mem_bytes=self.shared_mem_bytes,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pycudadrv as cd
-from pycudadrv import _compile_cache, link, nvrtc
+from pycudadrv import link, nvrtc
 from pycudadrv._signature import FLOAT, POINTER, UINT
 
 
