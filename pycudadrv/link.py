@@ -251,7 +251,9 @@ def fatbin_entries(image: bytes) -> list[tuple[str, str]]:
         raise ArgumentValueError(f"fatbin_entries: not a fatbin (first bytes {data[:8]!r}, magic 0xBA55ED50 expected)")
     _magic, _version, hsize, fsize = struct.unpack_from("<IHHQ", data, 0)
     end = hsize + fsize
-    if hsize < 16 or end > len(data):
+    if hsize < 16:
+        raise ArgumentValueError(f"fatbin_entries: malformed header (header size {hsize}, at least 16 expected)")
+    if end > len(data):
         raise ArgumentValueError(f"fatbin_entries: header says {end} bytes, the image has {len(data)}")
     out = []
     off = hsize

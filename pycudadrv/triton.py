@@ -214,7 +214,7 @@ class TritonConvention:
                 if addr is not None and addr % 16:
                     what = "pointer" if p.type.startswith("*") else "value"
                     raise ArgumentValueError(
-                        f"Triton kernel '{self.name}': argument {p.name} was compiled for a {what} divisible by 16 "
+                        f"Triton kernel '{self.name}': argument {p.name!r} was compiled for a {what} divisible by 16 "
                         f"(Triton's divisibility specialisation); got {addr:#x}: compile the kernel for this value")
             if p.type == "bf16" and isinstance(v, numbers.Real) and not isinstance(v, bool):
                 v = _np_uint16(_bf16_bits(v))

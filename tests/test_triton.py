@@ -138,7 +138,7 @@ def test_divisibility_by_16_keeps_the_abi_and_is_checked_at_launch():
     n = conv.params[2]
     assert n.name == "n" and n.divisible_by_16 and n.c_type == "int32"   # still a parameter
     assert conv.params[0].divisible_by_16
-    with pytest.raises(cd.ArgumentValueError, match=r"argument n was compiled for a value divisible by 16.*0x3e8"):
+    with pytest.raises(cd.ArgumentValueError, match=r"argument 'n' was compiled for a value divisible by 16.*0x3e8"):
         conv.kernel_args([X, X, 1000, 2, X, 256], [None, None])
     with pytest.raises(cd.ArgumentValueError, match="pointer divisible by 16"):
         conv.kernel_args([FakeTensor(0x10004), X, 1024, 2, X, 256], [None, None])
