@@ -378,17 +378,18 @@ class TritonKernel:
                 e.add_note(f"(loading Triton kernel '{conv.name}', compiled for {arch})")
             raise
         self.device = self.module.device
-        try:
-            self.function = self.module.function(conv.name, signature=conv.signature)
-        except ArgumentValueError as e:
-            raise ArgumentValueError(
-                f"from_triton: kernel '{conv.name}': the CUBIN's parameters do not match Triton's calling convention "
-                f"({len(conv.params)} parameters: {conv.signature}); was it compiled by another Triton version? {e}") \
-                from e
-        n = self.function.num_params
+        raw = self.module.function(conv.name)
+        n = raw.num_params        # from cuFuncGetParamInfo (and the PTX where it agrees)
         if n is not None and n != len(conv.params):
-            raise ArgumentValueError(f"from_triton: kernel '{conv.name}': the CUBIN reports {n} parameters, Triton's "
-                                     f"convention gives {len(conv.params)} ({conv.signature})")
+            raise ArgumentValueError(
+                f"from_triton: kernel '{conv.name}': the CUBIN has {n} parameters ({raw.layout_source}), Triton's "
+                f"calling convention gives {len(conv.params)} ({conv.signature}); was it compiled by another Triton "
+                "version?")
+        try:
+            self.function = self.module.function(conv.name, signature=conv.signature)   # sizes checked here
+        except ArgumentValueError as e:
+            raise ArgumentValueError(f"from_triton: kernel '{conv.name}': the CUBIN's parameter sizes do not match "
+                                     f"Triton's calling convention ({conv.signature}): {e}") from e
         if conv.block[0] > self.function.max_threads_per_block:
             raise ArgumentValueError(f"from_triton: kernel '{conv.name}': num_warps={conv.num_warps} needs "
                                      f"{conv.block[0]} threads; the kernel allows {self.function.max_threads_per_block}")
@@ -396,7 +397,10 @@ class TritonKernel:
         if conv.shared_mem_bytes > 49152:
             fn.set_cache_preference("shared")   # as Triton's load_binary does
         if conv.num_ctas > 1:
-            fn.set_attribute("cluster_scheduling_policy_preference", 1)  # SPREAD, as Triton's launcher asks
+            try:
+                fn.set_attribute("cluster_scheduling_policy_preference", 1)  # SPREAD, as Triton's launcher asks
+            except CudaError:
+                pass   # a scheduling hint: the launch is correct without it
             if conv.num_ctas > 8:
                 fn.set_attribute("non_portable_cluster_size_allowed", 1)
         self.block = conv.block

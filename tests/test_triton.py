@@ -127,7 +127,9 @@ def test_do_not_specialize_keeps_an_int_equal_to_one_a_parameter():
 def test_the_convention_matches_the_ptx_entry_parameter_for_parameter():
     for ck in (jit_compile(axpb, X, X, 1000, 2, X, BLOCK=256),
                jit_compile(scalars, X, 1.5, 2.5, 3.5, True, 1, 7, -3),
-               jit_compile(softmax_rows, X, X, 781, 781, 781, BLOCK=1024, num_warps=8)):
+               jit_compile(softmax_rows, X, X, 781, 781, 781, BLOCK=1024, num_warps=8),
+               jit_compile(desc_scale, X, X, 64, 64, BM=16, BN=64),
+               jit_compile(pair_sum, (X, 100), X, BLOCK=128)):
         conv = triton_convention(ck)
         ptx = ptx_entries(ck.asm["ptx"])[conv.name]
         assert [p.size for p in ptx] == [p.size for p in parse_signature(conv.signature)]
