@@ -409,7 +409,7 @@ class Linker:
         try:
             return _parse_arch(_default_arch())
         except CudaError as e:
-            raise _no_gpu_arch(e) from e
+            raise _no_gpu_arch(e, "Linker") from e
 
     def link(self) -> ObjectCode:
         """Link the inputs into one CUBIN (``nvJitLinkCreate``, ``nvJitLinkAddData``,

@@ -363,14 +363,14 @@ def _parse_arch(a: Any, what: str = "arch") -> str:
     return s
 
 
-def _no_gpu_arch(err: CudaError) -> CudaUnavailableError:
+def _no_gpu_arch(err: CudaError, who: str = "compile") -> CudaUnavailableError:
     try:
         archs = nvrtc_supported_archs()
     except Exception:
         archs = []
     known = f" (this NVRTC compiles for {', '.join(archs)})" if archs else ""
     return CudaUnavailableError(  # type: ignore[no-untyped-call,unused-ignore]
-        f"compile: no arch= given and no GPU to take it from ({err}); pass the architecture you target, e.g. "
+        f"{who}: no arch= given and no GPU to take it from ({err}); pass the architecture you target, e.g. "
         f"arch='sm_90'{known}, to compile without a GPU", code=getattr(err, "code", -1))
 
 
