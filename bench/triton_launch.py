@@ -131,6 +131,7 @@ def check_same_results(cd, kernel, tk, torch, ts, s):
     a0 = rng.standard_normal(N_ELEMS).astype(np.float32)
     b0 = rng.standard_normal(N_ELEMS).astype(np.float32)
     at, bt = torch.from_numpy(a0).cuda(), torch.from_numpy(b0).cuda()
+    torch.cuda.synchronize()
     with torch.cuda.stream(ts):
         kernel[(1,)](at, bt, N_ELEMS, 2.0, BLOCK=BLOCK_ELEMS, num_warps=NUM_WARPS)
     ts.synchronize()
@@ -226,6 +227,7 @@ def main(argv=None) -> int:
     ts = torch.cuda.Stream()
     a_t = torch.zeros(N_ELEMS, dtype=torch.float32, device="cuda")
     b_t = torch.ones(N_ELEMS, dtype=torch.float32, device="cuda")
+    torch.cuda.synchronize()
     with torch.cuda.stream(ts):
         compiled = kernel[(1,)](a_t, b_t, 0, 1.0, BLOCK=BLOCK_ELEMS, num_warps=NUM_WARPS)
     ts.synchronize()

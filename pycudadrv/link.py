@@ -188,7 +188,7 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
         An unknown kind or a malformed arch.
     """
     lib, _path = _load("nvfatbin")
-    opts = [o.encode() for o in _strings(options, "options")]
+    opts = [o.encode() for o in _strings(options, "options", who="build_fatbin")]
     handle = ctypes.c_void_p()
 
     def check(code: int, what: str) -> None:
@@ -352,7 +352,7 @@ class Linker:
         self.arch = None if arch is None else _parse_arch(arch)
         if self.arch is not None and not self.arch.startswith("sm_"):
             raise ArgumentValueError(f"Linker: arch must be a real architecture ('sm_90'), got {arch!r}")
-        self.options = _strings(options, "options", split=True)
+        self.options = _strings(options, "options", split=True, who="Linker")
         for o in self.options:
             if o.startswith(("-arch", "--gpu-architecture")):
                 raise ArgumentValueError(f"Linker: give the architecture as arch=..., not in options ({o!r})")

@@ -322,7 +322,7 @@ def _cancel_running() -> None:
 
 # --- compile() ----------------------------------------------------------------------------------
 
-def _strings(v: Any, what: str, split: bool = False) -> tuple[str, ...]:
+def _strings(v: Any, what: str, split: bool = False, who: str = "compile") -> tuple[str, ...]:
     if isinstance(v, str):
         if not split:
             out: tuple[str, ...] = (v,)
@@ -330,21 +330,21 @@ def _strings(v: Any, what: str, split: bool = False) -> tuple[str, ...]:
             try:
                 out = tuple(shlex.split(v))
             except ValueError as e:
-                raise ArgumentValueError(f"compile: {what}={v!r} cannot be split like a shell command line "
+                raise ArgumentValueError(f"{who}: {what}={v!r} cannot be split like a shell command line "
                                          f"({e}); pass a list of strings instead") from None
     elif isinstance(v, (Mapping, set, frozenset, bytes, bytearray, memoryview)):
-        raise ArgumentTypeError(f"compile: {what} must be a sequence of strings (or one string), not a "
+        raise ArgumentTypeError(f"{who}: {what} must be a sequence of strings (or one string), not a "
                                 f"{type(v).__name__}" + (": write e.g. ['-DNAME=value', '-std=c++17']"
                                                          if isinstance(v, Mapping) else ""))
     else:
         try:
             out = tuple(v)
         except TypeError:
-            raise ArgumentTypeError(f"compile: {what} must be a sequence of strings, got {type(v).__name__}") \
+            raise ArgumentTypeError(f"{who}: {what} must be a sequence of strings, got {type(v).__name__}") \
                 from None
     for s in out:
         if not isinstance(s, str) or "\0" in s:
-            raise ArgumentTypeError(f"compile: {what} must be strings without NUL bytes, got {s!r}")
+            raise ArgumentTypeError(f"{who}: {what} must be strings without NUL bytes, got {s!r}")
     return out
 
 
