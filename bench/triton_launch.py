@@ -54,27 +54,13 @@ from itertools import repeat
 from pathlib import Path
 from time import perf_counter_ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, wherever we are run from
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _cfloor/_harness/_report, wherever we are run from
 
 import numpy as np  # noqa: E402
 
-from _common import (  # noqa: E402
-    BenchSetupError,
-    ParamArray,
-    Row,
-    add_output_args,
-    log,
-    loop_call0,
-    median_or_nan,
-    new_parser,
-    pyplot,
-    run_interleaved,
-    save_figure,
-    setup,
-    summarize,
-    sync_all_streams,
-    write_report,
-)
+from _cfloor import BenchSetupError, ParamArray  # noqa: E402
+from _harness import Row, loop_call0, median_or_nan, run_interleaved, setup, summarize, sync_all_streams  # noqa: E402
+from _report import add_output_args, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
 
 N_ELEMS = 32
 BLOCK_ELEMS = 32      # the kernel's BLOCK constexpr
@@ -307,8 +293,8 @@ def main(argv=None) -> int:
     print(f"\n=== Triton kernel launch: {title} ===")
     print_table(rep, order, summary)
     data = {
-        **bench.report_header(),
         "summary": summary,
+        **bench.report_header(),
         "triton_version": triton.__version__,
         "torch_version": torch.__version__,
         "config": {"rounds": args.rounds, "launches_per_round": args.launches, "warmup_rounds": args.warmup_rounds,
