@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 from pycudadrv import _compile_cache
 from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
+from pycudadrv._paths import cuda_include_candidates
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
                                NvrtcUnavailableError)
 
@@ -131,23 +132,14 @@ def default_include_dirs() -> list[str]:
     """Directories with the CUDA device headers (``cuda_fp16.h``,
     ``cooperative_groups.h``, and the CCCL headers they include) that
     compile() passes as ``-I``. Looked for beside the NVRTC library (the
-    nvidia-* wheels share one include folder), then in ``$CUDA_HOME`` /
-    ``$CUDA_PATH``, then ``/usr/local/cuda``; the first complete one wins."""
-    cands = []
-    if _lib_path and os.path.isabs(_lib_path):
-        cands.append(os.path.join(os.path.dirname(os.path.dirname(_lib_path)), "include"))
-    try:
-        import nvidia  # type: ignore[import-untyped,import-not-found,unused-ignore]
-
-        for base in list(nvidia.__path__):
-            cands += sorted(glob.glob(os.path.join(base, "*", "include")))
-    except ImportError:
-        pass
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            cands.append(os.path.join(root, "include"))
-    cands.append("/usr/local/cuda/include")
+    nvidia-* wheels share one include folder), then in pycudadrv's one list
+    of CUDA include directories (:func:`pycudadrv._paths.cuda_include_candidates`:
+    ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``, the nvidia-* wheels);
+    the first complete one wins."""
+    beside = []
+    if _lib_path and os.path.isabs(_lib_path):   # the headers that came with this NVRTC first
+        beside.append(os.path.join(os.path.dirname(os.path.dirname(_lib_path)), "include"))
+    cands = cuda_include_candidates(beside)
 
     def has(c: str, rel: str) -> bool:
         return os.path.isfile(os.path.join(c, rel))

@@ -7,7 +7,8 @@
 # Usage: bash tools/device_run.sh [tests] [examples] [main] [bench] [mpi] [all]
 #   PYTEST_ARGS   extra pytest arguments (e.g. "-k loops" or a test file)
 #   BENCHES       benchmark scripts to run (default: every bench/*.py)
-#   BENCH_ARGS    arguments given to every benchmark (e.g. "--quick")
+#   BENCH_ARGS    arguments given to every benchmark (e.g. "--rounds 5")
+# Wheels under .whl/ (carried: `run(..., carry=[".whl"])`) are installed first.
 set -u
 FINAL_OUT=${OUT:-/tmp/out}
 LOGS=$(mktemp -d)   # logs gather here; one tarball goes back (the device tool returns at most 8 files)
@@ -20,6 +21,11 @@ what=${*:-all}
   python3 -c "import Cython, numpy, sys; print('Python', sys.version.split()[0], 'Cython', Cython.__version__, 'numpy', numpy.__version__)"
 } 2>&1 | tee "$LOGS/env.txt"
 t0=$(date +%s)
+# Wheels carried with the call (nothing can be downloaded there), e.g. nvidia-nvfatbin.
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$LOGS/wheels.log" 2>&1 && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 # An in-place build (what the README's editable install does, minus the copy into site-packages),
 # so the tests, the examples and `python -m pycudadrv` all run the built extension of this checkout.
 python3 setup.py -q build_ext --inplace > "$LOGS/build.log" 2>&1 \
