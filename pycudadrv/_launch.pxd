@@ -14,7 +14,10 @@ cdef class Function(KernelBase):
     # arguments that are not the previous call's very (immutable) objects.
     cdef pycudadrv_arena _arena
     cdef bint _arena_ready
-    cdef tuple _last
+    cdef void** _keep               # per parameter: the scalar object packed last (owned), or NULL
+    cdef int _nkeep
+
+    cdef int _drop_cache(self) except -1
 
 cdef class LaunchConfig:
     cdef unsigned int grid[3]

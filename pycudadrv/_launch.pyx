@@ -3,7 +3,8 @@
 PreparedLaunch (fn.bind), and the one call site of cuLaunchKernel(Ex)."""
 cimport cython
 from libc.stdint cimport uint32_t, uintptr_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
+from cpython.ref cimport Py_DECREF
 from libc.string cimport memcpy, memset
 
 from pycudadrv._cuda cimport *
@@ -272,10 +273,24 @@ cdef class Function(KernelBase):
     def __cinit__(self):
         pycudadrv_arena_init(&self._arena)
         self._arena_ready = False
-        self._last = None
+        self._keep = NULL
+        self._nkeep = 0
 
     def __dealloc__(self):
+        self._drop_cache()
         pycudadrv_arena_release(&self._arena)
+
+    cdef int _drop_cache(self) except -1:
+        cdef int k
+        if self._keep != NULL:
+            for k in range(self._nkeep):
+                if self._keep[k] != NULL:
+                    Py_DECREF(<object>self._keep[k])
+            free(self._keep)
+        self._keep = NULL
+        self._nkeep = 0
+        self._arena_ready = False
+        return 0
 
     def __init__(self, *args, **kwargs):
         raise ArgumentTypeError("Function objects come from Module.function(name)")
@@ -295,8 +310,7 @@ cdef class Function(KernelBase):
                     f"disagrees with the kernel's own parameter info ({lay.source}): "
                     f"({_signature.format_layout(lay.params)})")
         lay.set(layout, "signature")
-        self._arena_ready = False
-        self._last = None
+        self._drop_cache()
         return self
 
     @property
@@ -412,14 +426,14 @@ cdef class Function(KernelBase):
             # so the function's own arena is safe to reuse; unchanged immutable arguments keep
             # their bytes.
             if not self._arena_ready:
-                if n and pycudadrv_arena_layout(&self._arena, <const unsigned char*>&lay.specs[0].size,
-                                                sizeof(ParamSpec), <uint32_t>n) != 0:
+                self._drop_cache()
+                self._keep = <void**>calloc(max(n, 1), sizeof(void*))
+                if self._keep == NULL or (n and pycudadrv_arena_layout(
+                        &self._arena, <const unsigned char*>&lay.specs[0].size, sizeof(ParamSpec), <uint32_t>n) != 0):
                     raise MemoryError("kernel argument arena")
+                self._nkeep = n
                 self._arena_ready = True
-                self._last = None
-            last, self._last = self._last, None      # dropped while packing: a failure leaves no cache
-            kp = marshal_cached(&self._arena, lay, args, last, s)
-            self._last = args
+            kp = marshal_cached(&self._arena, lay, args, self._keep, s)
             self.device.activate()
             issue_launch(self, g, b, shared_mem_bytes, s, kp, lc, args, False)
             return

@@ -57,11 +57,12 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
 # Marshal every argument for specs[i] into a freshly initialised arena; returns
 # the void* array for cuLaunchKernel.
 cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs) except NULL
-# Marshal into an arena already laid out for lay.specs, repacking only the arguments that
-# are not the very objects of `last` (the previous call's tuple, or None) or are mutable;
-# notes `s` as a user of every Buffer argument. A failure leaves the arena unusable as a
-# cache (the caller drops `last`).
-cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, tuple last, Stream s) except NULL
+# Marshal into an arena already laid out for lay.specs, skipping the arguments that are the
+# very immutable scalar object kept in keep[i] (owned references, or NULL; updated here:
+# only scalars are kept, never buffers, so nothing holds memory alive); notes `s` as a user
+# of every Buffer argument. A failure leaves arena and keep consistent with each other.
+cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, void** keep,
+                           Stream s) except NULL
 # Layout unknown: parameter sizes from the values (malloc'd, the caller frees),
 # checked against the parameter-space limit.
 cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL

@@ -9,6 +9,7 @@ from cpython.object cimport Py_TYPE
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.ref cimport Py_INCREF, Py_DECREF
 
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, peer_enabled
@@ -523,9 +524,9 @@ cdef inline bint _np_type_known(void* t) noexcept:
     return False
 
 
-cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, tuple last, Stream s) except NULL:
+cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, void** keep,
+                           Stream s) except NULL:
     cdef Py_ssize_t i, n = len(args)
-    cdef bint have_last = last is not None and len(last) == n
     cdef void* pa
     cdef void* t
     cdef Buffer b
@@ -534,15 +535,22 @@ cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, 
         t = (<_PyObjectHead*>pa).ob_type
         if t == _T_BUFFER:
             b = <Buffer><object>pa
-            if not have_last or pa != _tuple_item(last, i) or b._closed or b._root._closed:
-                pack_arg(b, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
+            pack_arg(b, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))   # open check + 8 bytes
             if s is not b._stream and s is not b._root._last_user:
                 b.note_use(s)
+            if keep[i] != NULL:
+                Py_DECREF(<object>keep[i])
+                keep[i] = NULL
             continue
-        if have_last and pa == _tuple_item(last, i) and (
-                t == _T_INT or t == _T_FLOAT or t == _T_BOOL or pa == _NONE or t == _T_BYTES or _np_type_known(t)):
-            continue          # the very same immutable object: its bytes are already in place
+        if keep[i] == pa:
+            continue          # the very same immutable object as last time: its bytes are in place
         pack_arg(<object>pa, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
+        if keep[i] != NULL:
+            Py_DECREF(<object>keep[i])
+            keep[i] = NULL
+        if t == _T_INT or t == _T_FLOAT or t == _T_BOOL or pa == _NONE or t == _T_BYTES or _np_type_known(t):
+            Py_INCREF(<object>pa)
+            keep[i] = pa      # immutable: the next call may skip it (only scalars are kept, never memory)
     return pycudadrv_arena_finish(arena)
 
 
