@@ -157,6 +157,20 @@ cdef class CapturedGraph:
             self.debug_dot(path)
         return 0
 
+    def hold(self, *objs):
+        """Keep ``objs`` alive as long as the graph, and make the frees of the
+        Buffers among them wait for the graph, as for what is launched on the
+        capture stream itself. For work captured on streams that joined this
+        capture through an event (``stream.wait(event)``, as
+        :meth:`pycudadrv.Queue.capture` forks it), which the launch path does not
+        attribute to the capture.
+
+        Raises StateError outside the ``with`` block of the capture."""
+        if self._capture is None:
+            raise StateError("CapturedGraph.hold(): call it inside the `with stream.capture()` block, while the "
+                             "graph is being captured")
+        self._capture.hold_all(objs)
+
     def _add_after_end(self, hook):
         """Run ``hook(graph)`` once the capture has ended, before instantiation."""
         self._after_end.append(hook)
