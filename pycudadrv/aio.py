@@ -37,6 +37,7 @@ import time
 import weakref
 from collections import deque
 
+from pycudadrv._device import Device, get_current_device
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, StateError
 from pycudadrv._stream import Event, Stream
 
@@ -326,6 +327,10 @@ def _signal_stream_for(stream, device) -> Stream:
     return streams[turn]
 
 
+def _as_stream(stream, device) -> Stream:
+    return stream if isinstance(stream, Stream) else Stream.from_handle(stream, device)
+
+
 def _new_future(label, stream, keep, ordered=True):
     ev = _event(stream.device)
     ev.record(stream)
@@ -371,7 +376,6 @@ class DevicePolicy:
 def policy(device=None) -> DevicePolicy:
     """The device's policy (a round-robin :class:`DevicePolicy` over 4
     streams, made on first use, unless :func:`set_policy` gave another)."""
-    from pycudadrv._device import Device, get_current_device
     dev = get_current_device() if device is None else (device if isinstance(device, Device) else Device(device))
     p = _policies.get(dev.ordinal)
     if p is None:
@@ -394,7 +398,7 @@ def launch(fn, grid, block, *args, stream=None, **launch_kw) -> GpuFuture:
     ``stream`` or the device policy's next stream; returns a
     :class:`GpuFuture` that keeps ``args`` alive until the GPU is done.
     Raises what :meth:`Function.launch` raises."""
-    s = policy(fn.device).next_stream() if stream is None else stream
+    s = policy(fn.device).next_stream() if stream is None else _as_stream(stream, fn.device)
     fn.launch(grid, block, *args, stream=s, **launch_kw)
     return _new_future(f"kernel '{fn.name}'", s, args)
 
@@ -407,8 +411,8 @@ def submit(prepared, *, stream=None) -> GpuFuture:
         prepared.launch()
         s = prepared.stream
     else:
-        prepared.launch_on(stream)
-        s = stream
+        s = _as_stream(stream, prepared.function.device)
+        prepared.launch_on(s)
     return _new_future(f"kernel '{prepared.function.name}' (prepared)", s, prepared)
 
 

@@ -462,9 +462,15 @@ class Queue:
             mode.joined.add(lane)
         if fresh and mode.graph is None:
             for st in fresh:      # memory made on a stream outside the pool: wait for it while it is busy
-                if st is not s and not st.closed and not st.query():
-                    s.wait_stream(st)
-                    self.waits += 1
+                if st is s or st.closed:
+                    continue
+                try:
+                    if st.query():
+                        continue
+                except CaptureError:          # another capture on this thread forbids the query
+                    pass
+                s.wait_stream(st)
+                self.waits += 1
         if deps:
             seen = mode.seen.get(lane)
             if seen is None:
