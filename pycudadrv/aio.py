@@ -240,8 +240,8 @@ class _Completer:
                 sig.wait(gf._event)
                 loop = self.loop
                 sig.launch_host_func(lambda: _post(loop, self._signaled, gf))
-            except CaptureError:
-                pass            # a capture forbids the host function: the watchdog polls instead
+            except (CaptureError, CudaError):
+                pass            # a capture forbids it, or a fault came first: the watchdog finds out
             self._schedule_watchdog()
         else:
             self.last_progress = time.perf_counter()
@@ -333,7 +333,12 @@ def _as_stream(stream, device) -> Stream:
 
 def _new_future(label, stream, keep, ordered=True):
     ev = _event(stream.device)
-    ev.record(stream)
+    try:
+        ev.record(stream)
+    except CudaError as err:    # a fault already: of this work or of earlier work on the device
+        raise CudaError(err.code, err.name, err.description, err.call,
+                        f"asynchronous error found right after queueing {label} on {stream!r} (by it or by "
+                        "earlier work)" + (f"\n{err.context}" if err.context else "")) from err
     gf = GpuFuture(label, stream, ev, keep, ordered=ordered, exposed=False)
     loop = _running_loop()
     if loop is not None:

@@ -1,37 +1,21 @@
-"""A queue that orders its own streams (the zyx scheduler): submit kernels,
-copies and fills; it spreads them over a pool of streams and places the
-event waits between them from what each one reads and writes.
+"""A queue that orders its own streams (the zyx scheduler): kernels, copies,
+fills and dispatches submitted to it are spread over a pool of streams, and
+the event waits between them are placed from what each one reads and writes.
 
 >>> q = Queue(streams=4)
->>> q.launch(fn_a, grid, block, x, y)      # y = f(x)   (const float* x, float* y)
->>> q.launch(fn_b, grid, block, y, u)      # waits for a: it reads y
->>> q.launch(fn_c, grid, block, y, v)      # runs beside b: both only read y
->>> q.launch(fn_d, grid, block, u, v, w)   # waits for b and c
+>>> q.launch(fn_a, grid, block, y, x)      # y = f(x)   (float* y, const float* x)
+>>> q.launch(fn_b, grid, block, u, y)      # waits for a: it reads y
+>>> q.launch(fn_c, grid, block, v, y)      # beside b: both only read y
+>>> q.launch(fn_d, grid, block, w, u, v)   # waits for b and c
 >>> out = q.read(w)                        # drains what w needs, raises any GPU fault
 
-Ordering rules (one event wait per edge, none within one stream):
-
-* read after write, write after read and write after write on overlapping
-  bytes of device memory; a view counts as the bytes it views, so two views
-  of one allocation that do not overlap never wait for each other;
-* what each submission reads and writes comes from the kernel's parameter
-  layout (``const T*`` is read, ``T*`` read and written, unknown constness
-  read and written), a Dispatch's bindings (uniform bindings are read), or
-  explicit ``reads=`` / ``writes=``, which win for the memory they name and
-  add what the arguments do not show (pointers inside structs);
-* the stream of a submission: the one that last wrote its first input while
-  that write is pending, else the least loaded (``policy="greedy"``, zyx's
-  rule; the load of a stream is its submissions not yet seen complete through
-  ``cuEventQuery``), or the next in turn (``policy="round_robin"``).
-
-Frees need nothing from the queue: every launch, copy and fill goes through
-the Buffer paths, which note each stream that used the memory, and a Buffer's
-free waits for all of them (one event per stream, no host synchronisation).
+Read after write, write after read and write after write on overlapping bytes
+(a view counts as the bytes it views) each become one ``cuStreamWaitEvent``;
+see docs/queue.md for the rules, the stream choice and graph capture.
 """
 from __future__ import annotations
 
 import sys
-from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import count
 
@@ -39,6 +23,7 @@ import numpy as np
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, CudaError, StateError
 from pycudadrv._memory import Buffer
+from pycudadrv._ranges import RangeTracker
 from pycudadrv._signature import POINTER
 from pycudadrv._stream import Event, Stream
 
@@ -182,143 +167,13 @@ class _Lane:
         return f"<lane {self.index} {self.stream!r}>"
 
 
-class _Tracker:
-    """Disjoint byte ranges ``[lo, hi)`` of device memory, each with the last
-    submission that wrote it and, per lane, the latest that read it since."""
-
-    __slots__ = ("starts", "segs", "limit")
-
-    def __init__(self):
-        self.starts = []        # sorted segment starts
-        self.segs = {}          # start -> [end, writer or None, {lane: reader}]
-        self.limit = 1024       # prune finished segments beyond this many
-
-    def __len__(self):
-        return len(self.starts)
-
-    @staticmethod
-    def _deps_of(seg, write, me, deps):
-        found = None
-        w = seg[1]
-        if w is not None and not w.done and w is not me:
-            cur = deps.get(w.lane)
-            if cur is None or cur.seq < w.seq:
-                deps[w.lane] = w
-            found = w
-        if write:
-            for r in seg[2].values():
-                if not r.done and r is not me:
-                    cur = deps.get(r.lane)
-                    if cur is None or cur.seq < r.seq:
-                        deps[r.lane] = r
-        return found
-
-    def collect(self, lo, hi, write, me, deps):
-        """Add to ``deps`` ({lane: latest Submission}) what an access of
-        ``[lo, hi)`` must wait for; return the pending writer of its first
-        overlapping segment (or None). Changes nothing."""
-        segs = self.segs
-        seg = segs.get(lo)
-        if seg is not None and seg[0] == hi:
-            return self._deps_of(seg, write, me, deps)
-        starts = self.starts
-        i = bisect_right(starts, lo) - 1
-        if i < 0:
-            i = 0
-        found = None
-        n = len(starts)
-        while i < n:
-            s = starts[i]
-            if s >= hi:
-                break
-            seg = segs[s]
-            if seg[0] > lo:
-                f = self._deps_of(seg, write, me, deps)
-                if found is None:
-                    found = f
-            i += 1
-        return found
-
-    def _split(self, x):
-        starts = self.starts
-        i = bisect_right(starts, x) - 1
-        if i < 0:
-            return
-        s = starts[i]
-        if s == x:
-            return
-        seg = self.segs[s]
-        if seg[0] <= x:
-            return
-        self.segs[x] = [seg[0], seg[1], dict(seg[2])]
-        seg[0] = x
-        starts.insert(i + 1, x)
-
-    def commit(self, lo, hi, write, sub):
-        """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
-        segs = self.segs
-        seg = segs.get(lo)
-        if seg is not None and seg[0] == hi:
-            if write:
-                seg[1] = sub
-                seg[2] = {}
-            else:
-                seg[2][sub.lane] = sub
-            return
-        self._split(lo)
-        self._split(hi)
-        starts = self.starts
-        i = bisect_left(starts, lo)
-        j = bisect_left(starts, hi)
-        if write:
-            for s in starts[i:j]:
-                del segs[s]
-            starts[i:j] = [lo]
-            segs[lo] = [hi, sub, {}]
-        else:
-            new = []
-            pos = lo
-            for s in starts[i:j]:
-                if s > pos:
-                    new.append(pos)
-                    segs[pos] = [s, None, {sub.lane: sub}]
-                seg = segs[s]
-                seg[2][sub.lane] = sub
-                new.append(s)
-                pos = seg[0]
-            if pos < hi:
-                new.append(pos)
-                segs[pos] = [hi, None, {sub.lane: sub}]
-            starts[i:j] = new
-        if len(starts) > self.limit:
-            self.prune()
-
-    def prune(self):
-        """Drop what only finished submissions touched."""
-        keep = []
-        segs = self.segs
-        for s in self.starts:
-            seg = segs[s]
-            readers = seg[2]
-            if readers:
-                for k in [k for k, r in readers.items() if r.done]:
-                    del readers[k]
-            w = seg[1]
-            if (w is None or w.done) and not readers:
-                del segs[s]
-            else:
-                keep.append(s)
-        self.starts = keep
-        self.limit = max(1024, 2 * len(keep))
-
-
 class _Mode:
     """The ordering state of eager work, or of one capture in progress."""
 
     __slots__ = ("tracker", "seen", "graph", "fork", "joined", "loads", "tails")
 
     def __init__(self, graph=None, fork=None):
-        self.tracker = _Tracker()
+        self.tracker = RangeTracker()
         self.seen = {}          # consumer lane -> {producer lane: highest seq already waited for}
         self.graph = graph      # the CapturedGraph being captured, or None (eager)
         self.fork = fork        # the event the capture forks from
@@ -419,21 +274,9 @@ class Queue:
             return lanes[k]
         if first_writer is not None and first_writer.lane.owned and mode.tails.get(first_writer.lane) is first_writer:
             return first_writer.lane      # right behind its input: no wait, nothing unrelated in between
-        best = lanes[0]
-        if mode.graph is None:
-            load = len(best.inflight)
-            for lane in lanes[1:self._pool]:
-                n = len(lane.inflight)
-                if n < load:
-                    best, load = lane, n
-        else:
-            loads = mode.loads
-            load = loads.get(best, 0)
-            for lane in lanes[1:self._pool]:
-                n = loads.get(lane, 0)
-                if n < load:
-                    best, load = lane, n
-        return best
+        if mode.graph is None:      # the first of the least loaded (in flight, not seen complete)
+            return min(lanes[:self._pool], key=lambda lane: len(lane.inflight))
+        return min(lanes[:self._pool], key=lambda lane: mode.loads.get(lane, 0))
 
     # -- the one submission path ----------------------------------------------------------------
     def _issue(self, label, access, stream, run, keep, fresh=()):
@@ -481,21 +324,22 @@ class Queue:
                 s.wait(dep._event)
                 seen[dl] = dep.seq
                 self.waits += 1
-        try:
-            run(s)
-        except CudaError as err:
-            if err.code in ASYNC_ERROR_CODES:
-                raise self._async_error(err, f"issuing {label}") from err
-            raise
+        me.lane = lane
         if mode.graph is None:
             ev = self._events.pop() if self._events else Event(timing=False, device=self.device)
         else:
             ev = Event(timing=False, device=self.device)    # a captured event is never queried or reused
+        try:
+            run(s)
+            ev.record(s)
+        except CudaError as err:
+            if err.code in ASYNC_ERROR_CODES:
+                raise self._async_error(err, f"issuing {label}", me) from err
+            raise
+        if mode.graph is not None:
             mode.loads[lane] = mode.loads.get(lane, 0) + 1
             if keep:
                 mode.graph.hold(*keep)      # launches on joined streams are not seen by the capture itself
-        ev.record(s)
-        me.lane = lane
         me._event = ev
         mode.tails[lane] = me
         for (lo, hi), write in access:
@@ -755,14 +599,18 @@ class Queue:
                     self._events.append(sub._event)
                     sub._event = None
             lane.inflight.clear()
-        self._eager.tracker = _Tracker()
+        self._eager.tracker = RangeTracker()
         self._eager.seen = {}
         self._eager.tails = {}
 
-    def _async_error(self, err, where):
+    def _async_error(self, err, where, current=None):
         """A CudaError like ``err`` whose message names the earliest submission
-        not seen complete (an asynchronous fault belongs to one of those)."""
-        pending = sorted((sub for lane in self._lanes for sub in lane.inflight), key=lambda s: s.seq)
+        not seen complete (an asynchronous fault belongs to one of those;
+        ``current`` is one being issued)."""
+        pending = [sub for lane in self._lanes for sub in lane.inflight]
+        if current is not None:
+            pending.append(current)
+        pending.sort(key=lambda s: s.seq)
         if pending:
             first = pending[0]
             ctx = (f"asynchronous error found while {where}: the earliest submission not seen complete is "

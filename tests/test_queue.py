@@ -15,6 +15,7 @@ import pytest
 
 import pycudadrv as cd
 import pycudadrv.queue as qmod
+from pycudadrv._ranges import RangeTracker
 from pycudadrv._signature import parse_signature
 
 
@@ -77,6 +78,8 @@ class FakeEvent:
         self.after = None
 
     def record(self, stream):
+        if SIM.fault is not None:
+            raise SIM.fault
         self.stream = stream
         self.done = False
         self.after = SIM.last.get(stream.id)
@@ -410,6 +413,18 @@ def test_an_asynchronous_fault_names_the_earliest_unfinished_kernel(fake):
         q.launch(C, 1, 32, v, y)      # the next submission finds it too (cuEventQuery)
 
 
+def test_a_fault_found_right_after_the_faulting_launch_names_that_kernel(fake):
+    q = cd.Queue(streams=2)
+    x, y = buffers(2)
+
+    class Faulting(FakeKernel):
+        def launch(self, *a, **kw):
+            super().launch(*a, **kw)
+            SIM.fault = cd.CudaError(719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure", "cuEventRecord")
+    with pytest.raises(cd.CudaError, match="earliest submission not seen complete is kernel 'trap'"):
+        q.launch(Faulting("trap", "float* y, const float* x"), 1, 32, y, x)
+
+
 def test_submissions_report_completion(fake):
     q = cd.Queue(streams=1)
     x, y = buffers(2)
@@ -461,7 +476,7 @@ def test_bad_arguments_are_refused_with_the_limit(fake):
 
 
 def test_tracker_merges_a_write_over_split_ranges():
-    t = qmod._Tracker()
+    t = RangeTracker()
 
     class S:
         def __init__(self, seq, lane):
