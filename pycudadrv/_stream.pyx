@@ -497,6 +497,20 @@ cdef class Event:
         check(driver().p_cuEventElapsedTime(&ms, start._handle, end._handle), "cuEventElapsedTime")
         return ms
 
+    @staticmethod
+    def elapsed_ms_pairs(list starts not None, list ends not None):
+        """Milliseconds from ``starts[k]`` to ``ends[k]`` for each k, one ``cuEventElapsedTime`` each (many timed
+        passes read at once); raises as :meth:`elapsed_ms`, ValueError for lists of unequal length."""
+        cdef float ms = 0
+        out = []
+        for a, b in zip(starts, ends, strict=True):
+            if not (type(a) is Event is type(b) and (<Event>a)._recorded and (<Event>b)._recorded and (<Event>a).timing
+                    and (<Event>b).timing and not (<Event>a)._closed and not (<Event>b)._closed):
+                Event.elapsed_ms(a, b, False)        # raises the error that applies
+            check(driver().p_cuEventElapsedTime(&ms, (<Event>a)._handle, (<Event>b)._handle), "cuEventElapsedTime")
+            out.append(ms)
+        return out
+
     def __sub__(self, other):
         if not isinstance(self, Event) or not isinstance(other, Event):
             return NotImplemented
