@@ -136,11 +136,12 @@ class Timestamps:
     def _take(self) -> list:
         req, self._requested = self._requested, []
         self._req_end = None
-        out = [(label, Event.elapsed_ms(start, end)) for label, start, end in req]
+        starts = [e[1] for e in req]
+        ends = [e[2] for e in req]
+        out = list(zip([e[0] for e in req], Event.elapsed_ms_pairs(starts, ends)))
         pool = self._pool
-        for _, start, end in req:
-            pool.append(start)
-            pool.append(end)
+        pool.extend(starts)
+        pool.extend(ends)
         return out
 
     def try_take(self):

@@ -43,6 +43,10 @@ class TickEvent:
         assert end.query(), "elapsed time asked of an event the GPU has not reached"
         return float(end.tick - start.tick)
 
+    @staticmethod
+    def elapsed_ms_pairs(starts, ends):
+        return [TickEvent.elapsed_ms(a, b) for a, b in zip(starts, ends)]
+
 
 class FakeStream:
     device = None
