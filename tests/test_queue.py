@@ -507,6 +507,13 @@ extern "C" __global__ void affine(float* y, const float* x, float a, float b, in
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + b;
 }
+// A kernel to the pycudadrv.dispatch convention: storage out, storage in, uniform scale, (indirect, len).
+extern "C" __global__ void dscale(float* out, unsigned long long out_len, const float* in,
+                                  unsigned long long in_len, const float* uni,
+                                  const unsigned int* indirect, unsigned long long indirect_len) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < out_len / sizeof(float) && i < in_len / sizeof(float)) out[i] = uni[0] * in[i];
+}
 extern "C" __global__ void combine(float* w, const float* u, const float* v, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) w[i] = u[i] * v[i] + u[i];
@@ -623,6 +630,32 @@ def test_prepared_launches_copies_and_fills_through_the_queue(mod, rng):
     z64 = 3 * x_h.astype(np.float64) - 1
     np.testing.assert_allclose(got_z, z64, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got_y, z64 / 2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_dispatch_on_its_encoder_stream_is_ordered_against_the_pool(mod, rng):
+    n = 4096
+    src_h = rng.standard_normal(n).astype(np.float32)
+    a = float(rng.uniform(0.5, 2.0))
+    with cd.Queue(streams=2) as q:
+        x = q.from_numpy(np.full(n, -3.0, np.float32))
+        src = q.from_numpy(src_h)
+        out = q.from_numpy(np.full(n, np.nan, np.float32))
+        uni = q.from_numpy(np.array([a], np.float32))
+        t = q.from_numpy(np.zeros(2, np.uint64))
+        q.synchronize()
+        enc = cd.Device(0).encoder(cd.Stream())          # a stream outside the pool
+        with enc.pass_("scale") as p:
+            d = p.dispatch(mod.function("dscale"), block=(256, 1, 1))
+        d.set_arg((0, 0), out)
+        d.set_arg((0, 1), x)
+        d.set_arg((1, 0), uni, kind="uniform")
+        # x = src, written 20 ms late on a pool stream; the dispatch reads x, so it must wait for that.
+        q.launch(mod.function("spin_copy"), 1, 256, x, src, 20 * MS, t, n)
+        sub = q.dispatch(d, threads=n)
+        assert sub.stream is enc.stream
+        got = q.read(out)
+    np.testing.assert_allclose(got, a * src_h.astype(np.float64), rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.gpu
