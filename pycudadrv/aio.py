@@ -145,6 +145,10 @@ class GpuFuture:
             self._error.__cause__ = err
             self._finish(_FAILED)
             return True
+        except Exception as err:    # e.g. the event was closed: the waiters get the error, the loop goes on
+            self._error = err
+            self._finish(_FAILED)
+            return True
         self._finish(_DONE)
         return True
 
