@@ -212,13 +212,13 @@ class Queue:
         self.policy = policy
         self._lanes = [_Lane(k, s, True) for k, s in enumerate(pool)]
         self._pool = len(pool)
-        self._foreign = {}      # stream handle -> _Lane
-        self._events = []       # recycled Events (timing=False)
+        self._foreign: dict = {}  # stream handle -> _Lane
+        self._events: list = []   # recycled Events (timing=False)
         self._seq = count(1)
         self._rr = 0
         self._eager = _Mode()
         self._mode = self._eager
-        self._layouts = {}      # Function -> (layout source, access per parameter)
+        self._layouts: dict = {}  # Function -> (layout source, access per parameter)
         self._pool_ids = {id(s) for s in pool}
         self._closed = False
         self.submissions = 0
@@ -527,7 +527,8 @@ class Queue:
         fn = dispatch.function
         name = f"Queue.dispatch of '{fn.name}'"
         per = self._param_access(fn)
-        acc, fresh = {}, []
+        acc: dict = {}
+        fresh: list = []
         k = 0
         bindings = [dispatch._bindings[slot] for slot in sorted(dispatch._bindings)]
         for buf, kind in bindings:
@@ -551,7 +552,8 @@ class Queue:
         """Replay a :class:`CapturedGraph` (``cuGraphLaunch``) on a stream of
         the pool. Without ``reads``/``writes`` it is a barrier: it waits for
         all earlier work and all later work waits for it."""
-        acc, fresh = {}, []
+        acc: dict = {}
+        fresh: list = []
         if reads is None and writes is None:
             acc[_WHOLE] = True
         self._explicit(acc, reads, writes, "Queue.launch_graph", fresh)

@@ -121,7 +121,7 @@ class Timestamps:
             self._requested.extend(passes)
             self._passes = []
         else:
-            keep = []
+            keep: list[list] = []
             req = self._requested
             for e in passes:
                 (req if e[2] is not None else keep).append(e)
@@ -176,7 +176,8 @@ class Timestamps:
         if not self._requested:
             return []
         if blocking:
-            self._req_end.synchronize()
+            if self._req_end is not None:
+                self._req_end.synchronize()
         elif not self._ready():
             raise NotReadyError(f"Timestamps.read(blocking=False): {len(self._requested)} pass(es) still running "
                                 "on the GPU; try_take() returns them once they are done, read() waits")
