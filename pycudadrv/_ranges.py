@@ -4,12 +4,54 @@
 A tracker holds disjoint byte ranges ``[lo, hi)`` of the (unified) device
 address space; each has the last submission that wrote it and, per lane
 (stream), the latest submission that read it since. A submission is any
-object with ``seq`` (issue order), ``lane`` (hashable) and ``done``."""
+object with ``seq`` (issue order), ``lane`` (hashable) and ``done``.
+:func:`span` gives the range of a Buffer, a view or a CAI object."""
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 
-__all__ = ["RangeTracker"]
+import numpy as np
+
+from pycudadrv._errors import ArgumentTypeError
+from pycudadrv._memory import Buffer
+
+__all__ = ["RangeTracker", "span"]
+
+
+def span(obj, what):
+    """``(lo, hi)`` device addresses of a Buffer, a view, or an object with
+    ``__cuda_array_interface__``; None for an empty one."""
+    if isinstance(obj, Buffer):
+        n = obj.nbytes
+        if n == 0:
+            return None
+        lo = obj.ptr
+        return (lo, lo + n)
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if not isinstance(cai, dict):
+        raise ArgumentTypeError(f"{what}: expected a pycudadrv Buffer (or a view, or an object with "
+                                f"__cuda_array_interface__), got {type(obj).__name__}")
+    data = cai.get("data")
+    if not isinstance(data, (tuple, list)) or not data or isinstance(data[0], bool) or not isinstance(data[0], int):
+        raise ArgumentTypeError(f"{what}: {type(obj).__name__} has no valid __cuda_array_interface__ data pointer")
+    shape = tuple(cai.get("shape", ()))
+    itemsize = np.dtype(cai.get("typestr", "|u1")).itemsize
+    if any(s == 0 for s in shape):
+        return None
+    strides = cai.get("strides")
+    lo = hi = 0
+    if strides is None:
+        hi = itemsize
+        for s in shape:
+            hi *= s
+    else:   # the extent the strides reach, either way
+        for s, st in zip(shape, strides):
+            if st < 0:
+                lo += (s - 1) * st
+            else:
+                hi += (s - 1) * st
+        hi += itemsize
+    return (data[0] + lo, data[0] + hi)
 
 
 class RangeTracker:

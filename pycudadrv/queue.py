@@ -23,7 +23,7 @@ import numpy as np
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, CudaError, StateError
 from pycudadrv._memory import Buffer
-from pycudadrv._ranges import RangeTracker
+from pycudadrv._ranges import RangeTracker, span as _span
 from pycudadrv._signature import POINTER
 from pycudadrv._stream import Event, Stream
 
@@ -34,42 +34,6 @@ _WHOLE = (0, 1 << 64)            # the whole (unified) address space: a barrier
 # Sticky errors of a kernel that already ran: the next driver call reports them, whatever it is.
 ASYNC_ERROR_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
 _SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview, type(None), str)
-
-
-def _span(obj, what):
-    """``(lo, hi)`` device addresses of a Buffer, a view, or an object with
-    ``__cuda_array_interface__``; None for an empty one."""
-    if isinstance(obj, Buffer):
-        n = obj.nbytes
-        if n == 0:
-            return None
-        lo = obj.ptr
-        return (lo, lo + n)
-    cai = getattr(obj, "__cuda_array_interface__", None)
-    if not isinstance(cai, dict):
-        raise ArgumentTypeError(f"{what}: expected a pycudadrv Buffer (or a view, or an object with "
-                                f"__cuda_array_interface__), got {type(obj).__name__}")
-    data = cai.get("data")
-    if not isinstance(data, (tuple, list)) or not data or isinstance(data[0], bool) or not isinstance(data[0], int):
-        raise ArgumentTypeError(f"{what}: {type(obj).__name__} has no valid __cuda_array_interface__ data pointer")
-    shape = tuple(cai.get("shape", ()))
-    itemsize = np.dtype(cai.get("typestr", "|u1")).itemsize
-    if any(s == 0 for s in shape):
-        return None
-    strides = cai.get("strides")
-    lo = hi = 0
-    if strides is None:
-        hi = itemsize
-        for s in shape:
-            hi *= s
-    else:   # the extent the strides reach, either way
-        for s, st in zip(shape, strides):
-            if st < 0:
-                lo += (s - 1) * st
-            else:
-                hi += (s - 1) * st
-        hi += itemsize
-    return (data[0] + lo, data[0] + hi)
 
 
 class Submission:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import pycudadrv as cd
+import pycudadrv._ranges as ranges
 import pycudadrv.queue as qmod
 from pycudadrv._ranges import RangeTracker
 from pycudadrv._signature import parse_signature
@@ -166,6 +167,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(qmod, "Stream", FakeStream)
     monkeypatch.setattr(qmod, "Event", FakeEvent)
     monkeypatch.setattr(qmod, "Buffer", FakeBuffer)
+    monkeypatch.setattr(ranges, "Buffer", FakeBuffer)
     return SIM
 
 
