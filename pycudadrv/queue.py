@@ -22,6 +22,7 @@ from itertools import count
 import numpy as np
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, CudaError, StateError
+from pycudadrv._launch import PreparedLaunch
 from pycudadrv._memory import Buffer
 from pycudadrv._ranges import RangeTracker, span as _span
 from pycudadrv._signature import POINTER
@@ -403,6 +404,9 @@ class Queue:
         layout says about the same memory and add memory the arguments do not
         show. Raises what :meth:`Function.launch` raises; a CudaError of an
         earlier kernel's fault names the earliest unfinished submission."""
+        if isinstance(fn, PreparedLaunch):
+            raise ArgumentTypeError("Queue.launch takes a Function and its arguments; submit a PreparedLaunch "
+                                    "with Queue.submit(p)")
         access, fresh = self._access(fn, args, reads, writes, f"Queue.launch of kernel '{fn.name}'")
         return self._issue(f"kernel '{fn.name}'", access, stream,
                            lambda s: fn.launch(grid, block, *args, stream=s, **launch_kw), args, fresh)
@@ -411,6 +415,9 @@ class Queue:
         """Launch a :class:`PreparedLaunch` (with its bound arguments) on a
         stream of the pool (``PreparedLaunch.launch_on``); reads and writes as
         :meth:`launch`."""
+        if not isinstance(prepared, PreparedLaunch):
+            raise ArgumentTypeError(f"Queue.submit takes a PreparedLaunch (fn.bind(...)), got "
+                                    f"{type(prepared).__name__}; launch a Function with Queue.launch")
         fn = prepared.function
         args = prepared.args
         if args is None:
