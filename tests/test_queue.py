@@ -726,3 +726,15 @@ def test_a_fault_raises_at_the_sync_point_naming_the_kernel_that_caused_it():
     assert got["raised"] == "CudaError"
     assert got["name"] in ("CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED")
     assert "earliest submission not seen complete is kernel 'wild_write'" in got["message"]
+
+
+def test_span_of_an_array_interface_covers_every_byte_its_strides_reach():
+    class Cai:
+        def __init__(self, **cai):
+            self.__cuda_array_interface__ = {"version": 3, "typestr": "<f4", **cai}
+    assert ranges.span(Cai(data=(4096, False), shape=(8,)), "x") == (4096, 4096 + 32)
+    assert ranges.span(Cai(data=(4096, False), shape=(4, 2), strides=(16, 4)), "x") == (4096, 4096 + 56)
+    assert ranges.span(Cai(data=(4096, False), shape=(4,), strides=(-4,)), "x") == (4096 - 12, 4096 + 4)
+    assert ranges.span(Cai(data=(0, False), shape=(0,)), "x") is None
+    with pytest.raises(cd.ArgumentTypeError, match="x: expected a pycudadrv Buffer"):
+        ranges.span(object(), "x")
