@@ -20,7 +20,7 @@ LAYERS = [
     "_driver", "_device", "_stream", "_host", "_dlpack", "_memory", "_interop", "_marshal", "_signature", "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "nvtx", "queue", "aio",
+    "_compile_cache", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "nvtx", "_ranges", "queue", "aio",
     "heat", "cudnn", "_cudnn", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
@@ -42,6 +42,7 @@ ALLOWED_UPWARD = {
     ("dispatch", "_driver"): "",
     ("profile", "nvtx"): "profiled launches are NVTX ranges when NVTX is on",
     ("timestamps", "nvtx"): "passes are NVTX ranges when NVTX is on",
+    ("queue", "aio"): "awaiting a Queue Submission goes through aio.wait",
     ("timestamps", "_device"): "",
     ("bench", "_device"): "",
     ("bench", "_memory"): "",
