@@ -43,9 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from _common import (  # noqa: E402
-    add_output_args, launch_hook, log, new_parser, pyplot, save_figure, setup, summarize, write_report,
-)
+from _harness import launch_hook, setup, summarize  # noqa: E402
+from _report import add_output_args, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
 
 SRC = r"""
 extern "C" __global__ void spin(int* flag, long long ns) {

@@ -47,10 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
-from _common import (  # noqa: E402
-    Row, add_output_args, launch_hook, log, median_or_nan, new_parser, pyplot, run_interleaved, save_figure, setup,
-    summarize, write_report,
-)
+from _harness import Row, launch_hook, median_or_nan, run_interleaved, setup, summarize  # noqa: E402
+from _report import add_output_args, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
 
 W = 4
 N = 1024
