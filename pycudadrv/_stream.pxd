@@ -18,6 +18,7 @@ cdef class Event:
     cdef readonly bint timing
     cdef bint _recorded
     cdef bint _closed
+    cdef _check_usable(self, str what)
 
 # The state of one stream capture in progress: what the graph must keep alive,
 # which kernels were launched (and their graph nodes), the frees and host work

@@ -439,15 +439,18 @@ cdef class Event:
         """Whether :meth:`close` was called."""
         return self._closed
 
+    cdef _check_usable(self, str what):
+        if self._closed:
+            raise ClosedError(f"event.{what}(): the event is closed")
+        if not self._recorded:
+            raise EventNotRecordedError(f"event.{what}(): the event was never recorded; call event.record(stream) first")
+        check_not_capturing(None, f"{what} an event")
+
     def query(self):
         """True if the work before the event has completed; never blocks (``cuEventQuery``).
 
         Raises StateError if the event was never recorded."""
-        if self._closed:
-            raise ClosedError("event is closed")
-        if not self._recorded:
-            raise EventNotRecordedError("event.query(): the event was never recorded; call event.record(stream) first")
-        check_not_capturing(None, "query an event")
+        self._check_usable("query")
         self.device.activate()
         cdef CUresult r = driver().p_cuEventQuery(self._handle)
         if r == CUDA_ERROR_NOT_READY:
@@ -459,11 +462,7 @@ cdef class Event:
         """Block until the work before the event has completed (``cuEventSynchronize``).
 
         Raises StateError if the event was never recorded."""
-        if self._closed:
-            raise ClosedError("event is closed")
-        if not self._recorded:
-            raise EventNotRecordedError("event.synchronize(): the event was never recorded; call event.record(stream) first")
-        check_not_capturing(None, "synchronize an event")
+        self._check_usable("synchronize")
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
         with nogil:
@@ -487,8 +486,7 @@ cdef class Event:
             if not (<Event>ev)._recorded:
                 raise EventNotRecordedError(f"elapsed_ms: {name} event never recorded; record both events first")
             if not (<Event>ev).timing:
-                raise ArgumentValueError(f"elapsed_ms: {name} event created without timing (Event(timing=False)); "
-                                 "create it with timing=True to measure time")
+                raise ArgumentValueError(f"elapsed_ms: {name} event created with timing=False; create it with timing=True")
         if wait:
             end.synchronize()
         elif not end.query():
@@ -500,10 +498,12 @@ cdef class Event:
     @staticmethod
     def elapsed_ms_pairs(list starts not None, list ends not None):
         """Milliseconds from ``starts[k]`` to ``ends[k]`` for each k, one ``cuEventElapsedTime`` each (many timed
-        passes read at once); raises as :meth:`elapsed_ms`, ValueError for lists of unequal length."""
+        passes read at once); raises as :meth:`elapsed_ms`, ArgumentValueError for lists of unequal length."""
         cdef float ms = 0
         out = []
-        for a, b in zip(starts, ends, strict=True):
+        if len(starts) != len(ends):
+            raise ArgumentValueError(f"Event.elapsed_ms_pairs: {len(starts)} start events but {len(ends)} end events")
+        for a, b in zip(starts, ends):
             if not (type(a) is Event is type(b) and (<Event>a)._recorded and (<Event>b)._recorded and (<Event>a).timing
                     and (<Event>b).timing and not (<Event>a)._closed and not (<Event>b)._closed):
                 Event.elapsed_ms(a, b, False)        # raises the error that applies

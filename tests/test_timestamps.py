@@ -252,3 +252,23 @@ def test_gpu_nested_passes_never_block_and_the_outer_spans_the_inner(spin):
     second = ts.try_take()                      # then outer, asked for now and already finished
     assert [label for label, _ in first] == ["inner"] and [label for label, _ in second] == ["outer"]
     assert second[0][1] >= first[0][1] + 9
+
+
+@pytest.mark.gpu
+def test_gpu_elapsed_ms_pairs_measures_each_pair_and_refuses_unequal_lists(spin):
+    s = cd.Stream()
+    flag = cd.Buffer.zeros(1, np.int32, stream=s)
+    starts = [cd.Event(), cd.Event()]
+    ends = [cd.Event(), cd.Event()]
+    for k, ns in enumerate((1 * MS, 20 * MS)):
+        starts[k].record(s)
+        spin.launch(1, 1, ns, flag, stream=s)
+        ends[k].record(s)
+    s.synchronize()
+    short, long_ = cd.Event.elapsed_ms_pairs(starts, ends)
+    assert 0.9 < short < long_ and long_ > 19
+    with pytest.raises(cd.ArgumentValueError, match="2 start events but 1 end events"):
+        cd.Event.elapsed_ms_pairs(starts, ends[:1])
+    never = cd.Event()
+    with pytest.raises(cd.EventNotRecordedError):
+        cd.Event.elapsed_ms_pairs([never], [ends[0]])
