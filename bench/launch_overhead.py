@@ -66,7 +66,7 @@ from itertools import repeat
 from pathlib import Path
 from time import perf_counter_ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, wherever we are run from
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _cfloor, _harness, _report, wherever we are run from
 
 import numpy as np  # noqa: E402
 

@@ -20,7 +20,7 @@ issuing only (the drain after it is recorded apart):
 * **Queue, prepared** -- ``q.submit(p)`` with the launches bound beforehand.
 * **one stream** -- the same launches on one stream (no events at all).
 
-Interleaved rounds (``bench/_common.run_interleaved``), ratios to the same
+Interleaved rounds (``bench/_harness.run_interleaved``), ratios to the same
 round's hand-placed row, medians over rounds.
 
 **Overlap** -- ``K`` = 8 independent kernels of about 2 ms each (one block

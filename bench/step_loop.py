@@ -63,7 +63,7 @@ from time import perf_counter, perf_counter_ns
 
 BENCH_DIR = Path(__file__).resolve().parent
 EXAMPLES_DIR = BENCH_DIR.parent / "examples"
-sys.path.insert(0, str(BENCH_DIR))       # _common, wherever we are run from
+sys.path.insert(0, str(BENCH_DIR))       # _cfloor, _harness, _report, wherever we are run from
 sys.path.insert(0, str(EXAMPLES_DIR))    # particles (the simulation and its kernels)
 
 import numpy as np  # noqa: E402
