@@ -67,6 +67,7 @@ cdef enum:
     CUDNN_ATTR_OPERATION_MATMUL_DESC = 1523
     # cudnnBackendHeurMode_t
     CUDNN_HEUR_MODE_INSTANT = 0
+    CUDNN_HEUR_MODE_B = 1
     CUDNN_HEUR_MODE_FALLBACK = 2
     # cudnnBackendNumericalNote_t
     CUDNN_NUMERICAL_NOTE_TENSOR_CORE = 0
@@ -105,6 +106,7 @@ cdef enum:
     PYCUDADRV_CUDNN_MAX_CANDIDATES = 8   # execution plans kept for autotuning
     PYCUDADRV_CUDNN_PACKS = 4            # finalized variant packs kept per plan (one per pointer triple)
     PYCUDADRV_CUDNN_OWNED = 6            # tensors a, b, out, matmul, operation, operation graph
+    PYCUDADRV_CUDNN_ALIGNMENT = 16       # bytes, declared for every tensor (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)
 
 # A finalized variant pack for one (a, b, out) pointer triple.
 cdef struct pycudadrv_cudnn_pack:

@@ -44,13 +44,14 @@ BEHAVIOR_NOTES = {0: "RUNTIME_COMPILATION", 1: "REQUIRES_FILTER_INT8x32_REORDER"
                   2: "REQUIRES_BIAS_INT8x32_REORDER", 3: "SUPPORTS_CUDA_GRAPH_NATIVE_API", 4: "CUBLASLT_DEPENDENCY"}
 
 #: Byte alignment declared for every tensor (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT); operands must honour it.
-ALIGNMENT = 16
+ALIGNMENT = PYCUDADRV_CUDNN_ALIGNMENT
 
 cdef pycudadrv_cudnn_api _api
 cdef bint _bound = False
 cdef dict _handles = {}
 cdef dict _DATA_TYPES = {"float32": CUDNN_DATA_FLOAT, "float16": CUDNN_DATA_HALF, "bfloat16": CUDNN_DATA_BFLOAT16}
 cdef tuple _OPERANDS = ("a", "b", "out")
+cdef dict _HEUR_MODES = {CUDNN_HEUR_MODE_INSTANT: "instant", CUDNN_HEUR_MODE_B: "B", CUDNN_HEUR_MODE_FALLBACK: "fallback"}
 cdef object _is_finalizing = sys.is_finalizing
 
 
@@ -286,7 +287,7 @@ cdef class MatmulPlan:
     cdef cudnnBackendDescriptor_t _tensor(self, int64_t uid, int data_type, tuple dims, str name) except NULL:
         cdef int64_t d[3]
         cdef int64_t st[3]
-        cdef int64_t align = ALIGNMENT
+        cdef int64_t align = PYCUDADRV_CUDNN_ALIGNMENT
         d[0], d[1], d[2] = dims
         st[2] = 1
         st[1] = d[2]
@@ -326,8 +327,12 @@ cdef class MatmulPlan:
             _api.SetAttribute(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &self._h.handle)
         _set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op, what)
         _ok(_api.Finalize(g), "cudnnBackendFinalize", what)
+        # Instant heuristics first; the neural-net mode (B) when they left fewer usable engines than wanted
+        # (float32 without TF32, autotuning); the fallback engines only when nothing else is usable.
         finalize = self._h is not None
         self._find(g, CUDNN_HEUR_MODE_INSTANT, want, finalize)
+        if self._n_cand < want or not finalize:
+            self._find(g, CUDNN_HEUR_MODE_B, want, finalize)
         if self._n_cand == 0 or not finalize:
             self._find(g, CUDNN_HEUR_MODE_FALLBACK, want, finalize)
         if not finalize:
@@ -398,15 +403,21 @@ cdef class MatmulPlan:
         cdef int64_t created = 0
         cdef int heur_mode = mode
         cdef cudnnStatus_t st
-        mode_name = "instant" if mode == CUDNN_HEUR_MODE_INSTANT else "fallback"
+        mode_name = _HEUR_MODES[mode]
         what = f"engine heuristics ({mode_name}) of {self._label}"
         try:
             heur = _create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, what)
             _set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g, what)
             _set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode, what)
-            _ok(_api.Finalize(heur), "cudnnBackendFinalize", what)
-            _ok(_api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                  NULL), "cudnnBackendGetAttribute", what + ": number of engine configs")
+            st = _api.Finalize(heur)
+            if st == CUDNN_STATUS_SUCCESS:
+                st = _api.GetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+                                       &count, NULL)
+            if st != CUDNN_STATUS_SUCCESS:      # a mode this graph or this cuDNN does not support
+                last = _last_error()
+                self.engines_considered.append(f"{mode_name}: heuristics refused ({_status_name(st)}"
+                                               + (f": {last})" if last else ")"))
+                return 0
             if count <= 0:
                 self.engines_considered.append(f"{mode_name}: no engine config offered")
                 return 0
@@ -630,7 +641,7 @@ cdef class MatmulPlan:
         if buf._nbytes != self._nbytes[which]:
             raise ArgumentValueError(f"{self._label}: {name} has {buf._nbytes} bytes, expected "
                                      f"{self._nbytes[which]} (shape {expect} of {self.dtype})")
-        if (<uintptr_t>buf._ptr) % ALIGNMENT:
+        if (<uintptr_t>buf._ptr) % PYCUDADRV_CUDNN_ALIGNMENT:
             raise ArgumentValueError(f"{self._label}: {name}'s device pointer 0x{<uintptr_t>buf._ptr:x} is not "
                                      f"{ALIGNMENT}-byte aligned, as the plan's tensors are declared; use a Buffer of "
                                      f"its own (allocations are 256-byte aligned) or a view at a multiple of "
@@ -752,6 +763,8 @@ cdef class MatmulPlan:
         """``out = a @ b`` on ``stream`` (the device's default Stream when None):
         one ``cudnnBackendExecute`` after the checks listed in the class docs;
         asynchronous, like a kernel launch."""
+        if self._closed:
+            raise ClosedError(f"{self._label}: the plan is closed")
         cdef Buffer ba = self._operand(a, 0)
         cdef Buffer bb = self._operand(b, 1)
         cdef Buffer bc = self._operand(out, 2)
@@ -871,4 +884,4 @@ cdef class MatmulPlan:
         state = "closed" if self._closed else (f"engine {self.engine['engine']}, workspace {self.workspace_nbytes} "
                                                "bytes" if self.engine is not None else "not built")
         dev = self.device.ordinal if self.device is not None else "-"
-        return f"<{self._label[0].upper()}{self._label[1:]} on device {dev}, {state}>"
+        return f"<MatmulPlan {self._label.removeprefix('cudnn matmul plan ')} on device {dev}, {state}>"

@@ -5,7 +5,6 @@ everywhere; GPU tests need a device and cuDNN and are skipped with the reason
 otherwise (CI has no cuDNN). Results are checked against NumPy float64 on
 fresh random input (``rng``), outputs are poisoned with NaN first.
 """
-import os
 import subprocess
 import sys
 import textwrap
