@@ -342,7 +342,9 @@ cdef class MatmulPlan:
             if self.dtype == "float32" and not self.allow_tf32:
                 hint = ("; every engine offered for float32 uses tensor cores (TF32): pass allow_tf32=True "
                         "to accept TF32's 10-bit mantissa")
-            raise NotSupportedError(f"{self._label}: cuDNN {_api.GetVersion()} offers no usable engine on device "
+            v = _api.GetVersion()
+            raise NotSupportedError(f"{self._label}: cuDNN {v // 10000}.{v % 10000 // 100}.{v % 100} offers no "
+                                    f"usable engine on device "
                                     f"{self.device.ordinal}{hint}. Engines considered:\n  "
                                     + "\n  ".join(self.engines_considered or ["(none)"]))
         self._use(0, True)
@@ -444,6 +446,9 @@ cdef class MatmulPlan:
                     continue
                 if not finalize:
                     self.engines_considered.append(f"{tag}: offered")
+                    continue
+                if info["engine"] is not None and any(c["engine"] == info["engine"] for c in self._cand_info):
+                    self.engines_considered.append(f"{tag}: already kept")
                     continue
                 plan = NULL
                 st = _api.CreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan)

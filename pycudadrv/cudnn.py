@@ -403,7 +403,8 @@ def matmul_plan(a_shape: Any, b_shape: Any, dtype: Any, compute_dtype: Any = Non
         (milliseconds to seconds, once per plan); otherwise the first usable
         engine of the instant heuristics is taken.
     cache : bool
-        Reuse (and remember) the plan of the same key.
+        Reuse (and remember) the plan of the same key; False builds a plan
+        of its own, not remembered.
 
     Returns
     -------
@@ -439,7 +440,7 @@ def matmul_plan(a_shape: Any, b_shape: Any, dtype: Any, compute_dtype: Any = Non
     tf32 = bool(allow_tf32) and dt == "float32"
     key = (a, b, dt, ct, tf32, bool(autotune), dev.ordinal)
     with _lock:
-        plan = _plans.get(key)
+        plan = _plans.get(key) if cache else None
         if plan is not None and not plan.closed:
             return plan
         plan = MatmulPlan._create(dev, dt, ct, tf32, a_dims, b_dims, c_dims, a, b, out, _accepted(dt),
