@@ -45,6 +45,7 @@ a target is missed.
 """
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 from itertools import repeat
@@ -135,6 +136,11 @@ class Operands:
             cd.Device(0).synchronize()
 
 
+@contextlib.contextmanager
+def _nothing():
+    yield
+
+
 def event_time_ms(cd, s, fn, reps):
     """GPU milliseconds per call of ``fn`` over ``reps`` back-to-back calls on ``s``."""
     e0, e1 = cd.Event(), cd.Event()
@@ -173,26 +179,26 @@ def measure_size(cd, cudnn, torch, s, ext, n, dtype, rounds, rng, autotune, targ
         calls["pycudadrv autotuned"] = lambda: tuned(a, b, out, stream=s)
     if torch is not None:
         torch_switches(torch, tf32)
-        ta, tb, tct = ops.ta, ops.tb, ops.tc_torch
+        ta, tb, tct, matmul = ops.ta, ops.tb, ops.tc_torch, torch.matmul
 
-        def torch_call():
-            with torch.cuda.stream(ext):
-                torch.matmul(ta, tb, out=tct)
+        def torch_call():              # on ext (= s): the caller has made it torch's current stream
+            matmul(ta, tb, out=tct)
         calls["torch"] = torch_call
-    # Warm-up (code loading, torch's heuristics) and the number of calls per timing.
-    est = {}
-    for name, fn in calls.items():
-        fn()
-        s.synchronize()
-        est[name] = event_time_ms(cd, s, fn, 1)
-    reps = max(2, min(200, int(target_ms / max(min(est.values()), 1e-3))))
-    times = {name: [] for name in calls}
-    names = list(calls)
-    for r in range(rounds):
-        order = names if r % 2 == 0 else names[::-1]
-        for name in order:
-            times[name].append(event_time_ms(cd, s, calls[name], reps))
-        s.synchronize()
+    with (torch.cuda.stream(ext) if torch is not None else _nothing()):
+        # Warm-up (code loading, torch's heuristics) and the number of calls per timing.
+        est = {}
+        for name, fn in calls.items():
+            fn()
+            s.synchronize()
+            est[name] = event_time_ms(cd, s, fn, 1)
+        reps = max(2, min(200, int(target_ms / max(min(est.values()), 1e-3))))
+        times = {name: [] for name in calls}
+        names = list(calls)
+        for r in range(rounds):
+            order = names if r % 2 == 0 else names[::-1]
+            for name in order:
+                times[name].append(event_time_ms(cd, s, calls[name], reps))
+            s.synchronize()
     flops = 2.0 * n ** 3
     rep = {"n": n, "dtype": dtype, "reps": reps, "plan_build_s": build_s, "engine": plan.engine,
            "workspace_nbytes": plan.workspace_nbytes, "rows": {}}
@@ -209,7 +215,8 @@ def measure_size(cd, cudnn, torch, s, ext, n, dtype, rounds, rng, autotune, targ
             rep["rows"][name]["time_vs_torch_summary"] = summarize(ratios)
         s.synchronize()
         plan(a, b, out, stream=s)
-        torch_call()
+        with torch.cuda.stream(ext):
+            torch_call()
         s.synchronize()
         rep["rel_diff_vs_torch"] = rel_diff(torch, ops.tc, ops.tc_torch)
     return rep

@@ -172,7 +172,9 @@ def ctypes_path(lib, dtype, a_dims, b_dims, c_dims, cd, rng):
                 tf32 = dtype == "float32" and num is not None and "TENSOR_CORE" in num
                 print(f"      #{i}: engine {idx}, numerical {num}, behaviour {beh}: plan {pr.status(st)}"
                       + (f", workspace {ws.value} bytes" if st == 0 else "") + (" [TF32]" if tf32 else ""))
-                if st == 0 and chosen is None and not tf32 and "DOWN_CONVERT_INPUTS" not in (num or []):
+                narrow = "DOWN_CONVERT_INPUTS" in (num or []) or (
+                    dtype != "float32" and "REDUCED_PRECISION_REDUCTION" in (num or []))
+                if st == 0 and chosen is None and not tf32 and not narrow:
                     chosen = (plan, ws.value, f"{mode_name} #{i} engine {idx}")
             if chosen is not None:
                 break
