@@ -154,13 +154,7 @@ cdef class MatmulPlan:
     cdef bint _closed
     cdef bint _destroyed
 
-    # building (pycudadrv.cudnn.matmul_plan -> MatmulPlan._create)
-    cdef cudnnBackendDescriptor_t _own(self, int kind, str what) except NULL
-    cdef cudnnBackendDescriptor_t _tensor(self, int64_t uid, int data_type, tuple dims, str name) except NULL
-    cdef int _build(self, tuple a_dims, tuple b_dims, tuple c_dims, int want) except -1
-    cdef dict _engine_info(self, cudnnBackendDescriptor_t cfg)
-    cdef object _rejection(self, dict info)
-    cdef int _find(self, cudnnBackendDescriptor_t g, int mode, int want, bint finalize) except -1
+    # building: the module-level functions of _cudnn_build.pxi fill these fields
     cdef int _flush_packs(self) except -1
     cdef int _use(self, int i, bint exact) except -1
     # executing
