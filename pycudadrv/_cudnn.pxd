@@ -103,10 +103,10 @@ cdef struct pycudadrv_cudnn_api:
     cudnn_execute_fn Execute                          # cudnnBackendExecute
 
 cdef enum:
-    PYCUDADRV_CUDNN_MAX_CANDIDATES = 8   # execution plans kept for autotuning
-    PYCUDADRV_CUDNN_PACKS = 4            # finalized variant packs kept per plan (one per pointer triple)
-    PYCUDADRV_CUDNN_OWNED = 6            # tensors a, b, out, matmul, operation, operation graph
-    PYCUDADRV_CUDNN_ALIGNMENT = 16       # bytes, declared for every tensor (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)
+    CANDIDATES_MAX = 8      # execution plans kept for autotuning
+    PACKS_KEPT = 4          # finalized variant packs kept per plan (one per pointer triple)
+    OWNED_MAX = 6           # tensors a, b, out, matmul, operation, operation graph
+    ALIGN_BYTES = 16        # bytes, declared for every tensor (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)
 
 # A finalized variant pack for one (a, b, out) pointer triple.
 cdef struct pycudadrv_cudnn_pack:
@@ -139,15 +139,15 @@ cdef class MatmulPlan:
     cdef Buffer _workspace
     cdef void* _ws_ptr
     cdef readonly int64_t workspace_nbytes
-    cdef cudnnBackendDescriptor_t _owned[PYCUDADRV_CUDNN_OWNED]
+    cdef cudnnBackendDescriptor_t _owned[OWNED_MAX]
     cdef int _n_owned
-    cdef cudnnBackendDescriptor_t _cand_plan[PYCUDADRV_CUDNN_MAX_CANDIDATES]
-    cdef cudnnBackendDescriptor_t _cand_cfg[PYCUDADRV_CUDNN_MAX_CANDIDATES]
-    cdef int64_t _cand_ws[PYCUDADRV_CUDNN_MAX_CANDIDATES]
+    cdef cudnnBackendDescriptor_t _cand_plan[CANDIDATES_MAX]
+    cdef cudnnBackendDescriptor_t _cand_cfg[CANDIDATES_MAX]
+    cdef int64_t _cand_ws[CANDIDATES_MAX]
     cdef list _cand_info
     cdef int _n_cand
     cdef cudnnBackendDescriptor_t _plan   # the execution plan in use
-    cdef pycudadrv_cudnn_pack _packs[PYCUDADRV_CUDNN_PACKS]
+    cdef pycudadrv_cudnn_pack _packs[PACKS_KEPT]
     cdef int _last_pack, _next_pack
     cdef Buffer _seen_a, _seen_b, _seen_c   # the Buffers last validated as a, b, out (checks not repeated)
     cdef int _graph_uses             # captured graphs holding this plan

@@ -22,7 +22,7 @@ from pycudadrv._memory cimport Buffer
 import sys
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, CudnnError,
                                CudnnUnavailableError, Error, NotSupportedError)
-from pycudadrv._memory import asbuffer
+from pycudadrv._interop import asbuffer
 
 __all__ = ["MatmulPlan"]
 
@@ -44,7 +44,7 @@ BEHAVIOR_NOTES = {0: "RUNTIME_COMPILATION", 1: "REQUIRES_FILTER_INT8x32_REORDER"
                   2: "REQUIRES_BIAS_INT8x32_REORDER", 3: "SUPPORTS_CUDA_GRAPH_NATIVE_API", 4: "CUBLASLT_DEPENDENCY"}
 
 #: Byte alignment declared for every tensor (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT); operands must honour it.
-ALIGNMENT = PYCUDADRV_CUDNN_ALIGNMENT
+ALIGNMENT = ALIGN_BYTES
 
 cdef pycudadrv_cudnn_api _api
 cdef bint _bound = False
@@ -271,7 +271,7 @@ cdef class MatmulPlan:
                 p.device = as_device(device)
                 p._default_stream = <Stream>p.device.default_stream
                 p._h = _handle_for(p.device)
-            _build(p, a_dims, b_dims, c_dims, max(1, min(candidates, PYCUDADRV_CUDNN_MAX_CANDIDATES)))
+            _build(p, a_dims, b_dims, c_dims, max(1, min(candidates, CANDIDATES_MAX)))
         except BaseException:
             p._closed = True
             p._destroy(False)
@@ -282,7 +282,7 @@ cdef class MatmulPlan:
 
     cdef int _flush_packs(self) except -1:
         cdef int i
-        for i in range(PYCUDADRV_CUDNN_PACKS - 1, -1, -1):
+        for i in range(PACKS_KEPT - 1, -1, -1):
             if self._packs[i].desc != NULL:
                 _api.DestroyDescriptor(self._packs[i].desc)
                 self._packs[i].desc = NULL
@@ -337,14 +337,14 @@ cdef class MatmulPlan:
         cdef int i
         if p.desc != NULL and p.ptrs[0] == <void*>a and p.ptrs[1] == <void*>b and p.ptrs[2] == <void*>c:
             return p.desc
-        for i in range(PYCUDADRV_CUDNN_PACKS):
+        for i in range(PACKS_KEPT):
             p = &self._packs[i]
             if p.desc != NULL and p.ptrs[0] == <void*>a and p.ptrs[1] == <void*>b and p.ptrs[2] == <void*>c:
                 self._last_pack = i
                 return p.desc
         cdef cudnnBackendDescriptor_t d = self._make_pack(a, b, c, self._ws_ptr)
         i = self._next_pack
-        self._next_pack = (i + 1) % PYCUDADRV_CUDNN_PACKS
+        self._next_pack = (i + 1) % PACKS_KEPT
         p = &self._packs[i]
         if p.desc != NULL:
             _api.DestroyDescriptor(p.desc)
@@ -434,7 +434,7 @@ cdef class MatmulPlan:
         if buf._nbytes != self._nbytes[which]:
             raise ArgumentValueError(f"{self._label}: {name} has {buf._nbytes} bytes, expected "
                                      f"{self._nbytes[which]} (shape {expect} of {self.dtype})")
-        if (<uintptr_t>buf._ptr) % PYCUDADRV_CUDNN_ALIGNMENT:
+        if (<uintptr_t>buf._ptr) % ALIGN_BYTES:
             raise ArgumentValueError(f"{self._label}: {name}'s device pointer 0x{<uintptr_t>buf._ptr:x} is not "
                                      f"{ALIGNMENT}-byte aligned, as the plan's tensors are declared; use a Buffer of "
                                      f"its own (allocations are 256-byte aligned) or a view at a multiple of "
@@ -596,7 +596,7 @@ cdef class MatmulPlan:
         self._streams = []
         self._last_stream = None
         if _bound:
-            for j in range(PYCUDADRV_CUDNN_PACKS - 1, -1, -1):
+            for j in range(PACKS_KEPT - 1, -1, -1):
                 if self._packs[j].desc != NULL:
                     st = _api.DestroyDescriptor(self._packs[j].desc)
                     if first == CUDNN_STATUS_SUCCESS:

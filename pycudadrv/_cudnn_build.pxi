@@ -13,7 +13,7 @@ cdef cudnnBackendDescriptor_t _own(MatmulPlan p, int kind, str what) except NULL
 cdef cudnnBackendDescriptor_t _tensor(MatmulPlan p, int64_t uid, int data_type, tuple dims, str name) except NULL:
     cdef int64_t d[3]
     cdef int64_t st[3]
-    cdef int64_t align = PYCUDADRV_CUDNN_ALIGNMENT
+    cdef int64_t align = ALIGN_BYTES
     d[0], d[1], d[2] = dims
     st[2] = 1
     st[1] = d[2]
