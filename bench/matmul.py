@@ -52,27 +52,13 @@ from itertools import repeat
 from pathlib import Path
 from time import perf_counter, perf_counter_ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, wherever we are run from
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _cfloor/_harness/_report, wherever run from
 
 import numpy as np  # noqa: E402
 
-from _common import (  # noqa: E402
-    KERNEL_NAME,
-    KERNEL_SRC,
-    N_ELEMS,
-    Row,
-    add_output_args,
-    kernel_params,
-    log,
-    loop_call0,
-    new_parser,
-    pyplot,
-    run_interleaved,
-    save_figure,
-    setup,
-    summarize,
-    write_report,
-)
+from _cfloor import kernel_params  # noqa: E402
+from _harness import KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, loop_call0, run_interleaved, setup, summarize  # noqa: E402
+from _report import add_output_args, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
 
 SIZES = (256, 512, 1024, 2048, 4096, 8192)
 DTYPES = ("float32", "float16", "bfloat16")
@@ -444,6 +430,7 @@ def main(argv=None) -> int:
         "pass_host": plan_ratio < TARGET_HOST_RATIO,
     }
     data = {
+        "summary": summary,
         **bench.report_header(),
         "cudnn_version": ".".join(map(str, cudnn.version())),
         "cudnn_library": cudnn.library_path(),
@@ -453,7 +440,6 @@ def main(argv=None) -> int:
                    "launches": args.launches, "batch": args.batch,
                    "torch_switches": "allow_tf32 off (on for float32+TF32), fp16/bf16 reduced-precision "
                                      "reduction off"},
-        "summary": summary,
         "throughput": results,
         "host": host,
     }
