@@ -21,7 +21,7 @@ LAYERS = [
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
     "_compile_cache", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "nvtx", "_ranges", "queue", "aio",
-    "heat", "cudnn", "_cudnn", "mpi", "triton", "config", "__main__", "__init__",
+    "heat", "_cudnn", "cudnn", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
 #: Imports against the layering, each for a stated reason (always lazy: inside a function).
@@ -61,7 +61,8 @@ def _sources():
 
 def _module_of(filename):
     base = filename.rsplit(".", 1)[0]
-    return "_launch" if base == "_prepared" else base    # _prepared.pxi is part of _launch
+    # _prepared.pxi is part of _launch, _cudnn_build.pxi of _cudnn
+    return {"_prepared": "_launch", "_cudnn_build": "_cudnn"}.get(base, base)
 
 
 def _imports(text):
