@@ -48,7 +48,7 @@ from pycudadrv._attributes import DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES
 from pycudadrv.nvrtc import *  # noqa: F401,F403
 from pycudadrv.timestamps import *  # noqa: F401,F403
 from pycudadrv.dispatch import Dispatch, Encoder
-__version__ = "0.1.0"
+from pycudadrv._version import __version__
 
 __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_host.__all__,
                   *_memory.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
