@@ -31,7 +31,7 @@ except ImportError as _e:  # pragma: no cover - a source tree that was never bui
 
 from pycudadrv import _errors, _device, _stream, _host, _memory, _marshal, _kernel, _launch, _module, _graph
 from pycudadrv import _env
-from pycudadrv import nvrtc, timestamps, dispatch, bench, profile  # noqa: F401
+from pycudadrv import nvrtc, timestamps, dispatch, bench, profile, nvtx  # noqa: F401
 
 from pycudadrv._errors import *  # noqa: F401,F403
 from pycudadrv._driver import *  # noqa: F401,F403
@@ -49,9 +49,10 @@ from pycudadrv.nvrtc import *  # noqa: F401,F403
 from pycudadrv.timestamps import *  # noqa: F401,F403
 from pycudadrv.dispatch import Dispatch, Encoder
 from pycudadrv._version import __version__
+from pycudadrv.config import show_config
 
 __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_host.__all__,
                   *_memory.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
                   *_graph.__all__, *nvrtc.__all__, *timestamps.__all__,
-                  "Dispatch", "Encoder", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES",
+                  "Dispatch", "Encoder", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "show_config",
                   "__version__", "bench", "profile", "dispatch"})
