@@ -15,13 +15,19 @@ import os
 import struct
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 __all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrtc_version", "nvrtc_path",
            "cache_dir", "clear_cache"]
 
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, NvrtcError, NvrtcUnavailableError
+
+if TYPE_CHECKING:
+    from pycudadrv._device import Device
+    from pycudadrv._module import Module
 
 
 _lib = None
@@ -106,7 +112,7 @@ def _declare(lib):
         f.restype = C if name == "nvrtcGetErrorString" else I
 
 
-def default_include_dirs():
+def default_include_dirs() -> list[str]:
     """Directories with the CUDA device headers (``cuda_fp16.h``,
     ``cooperative_groups.h``, and the CCCL headers they include) that
     compile() passes as ``-I``. Looked for beside the NVRTC library (the
@@ -146,7 +152,7 @@ def default_include_dirs():
     return device[:1] + other[:1]
 
 
-def nvrtc_version():
+def nvrtc_version() -> tuple[int, int]:
     """``(major, minor)`` of the NVRTC that compile() uses.
     Raises NvrtcUnavailableError when none is found."""
     lib = _load()
@@ -155,7 +161,7 @@ def nvrtc_version():
     return (a.value, b.value)
 
 
-def nvrtc_path():
+def nvrtc_path() -> str:
     """Path of the NVRTC library compile() loaded."""
     _load()
     return _lib_path
@@ -173,19 +179,19 @@ class ObjectCode:
     arch: str
     ptx: str | None = None
     log: str = ""
-    options: tuple = ()
-    lowered_names: dict = field(default_factory=dict)
-    nvrtc_version: tuple = (0, 0)
+    options: tuple[str, ...] = ()
+    lowered_names: dict[str, str] = field(default_factory=dict)
+    nvrtc_version: tuple[int, int] = (0, 0)
     from_cache: bool = False
 
-    def load(self, device=None):
+    def load(self, device: Device | int | None = None) -> Module:
         """Load into ``device`` (current by default) through the module cache;
         returns the Module."""
         from pycudadrv._module import load_module
 
         return load_module(self, device=device)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<ObjectCode {self.target} for {self.arch}, {len(self.image)} bytes, "
                 f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]}>")
 
@@ -203,7 +209,7 @@ class ObjectCode:
 _MAGIC = b"PYCUDADRV-CACHE1"
 
 
-def cache_dir():
+def cache_dir() -> str | None:
     """Directory of the compile cache: ``$PYCUDADRV_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/pycudadrv``, else ``~/.cache/pycudadrv``; None when
     ``PYCUDADRV_CACHE=0`` disables it."""
@@ -216,7 +222,7 @@ def cache_dir():
     return os.path.expanduser(d)
 
 
-def clear_cache():
+def clear_cache() -> int:
     """Delete every cached compilation; returns how many files were removed."""
     d = cache_dir()
     n = 0
@@ -314,8 +320,10 @@ def _default_arch():
     return get_current_device().arch
 
 
-def compile(source, *, name="kernel.cu", options=(), target="cubin", arch=None, name_expressions=(),
-            headers=None, include_paths=(), use_cache=True):
+def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequence[str] = (),
+            target: Literal["cubin", "ptx"] = "cubin", arch: str | None = None,
+            name_expressions: str | Sequence[str] = (), headers: dict[str, str] | None = None,
+            include_paths: str | Sequence[str] = (), use_cache: bool = True) -> ObjectCode:
     """Compile CUDA C++ ``source`` with NVRTC.
 
     Parameters
