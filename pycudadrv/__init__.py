@@ -44,12 +44,12 @@ from pycudadrv._kernel import *  # noqa: F401,F403
 from pycudadrv._launch import *  # noqa: F401,F403
 from pycudadrv._module import *  # noqa: F401,F403
 from pycudadrv._graph import *  # noqa: F401,F403
-from pycudadrv._attributes import DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES
 from pycudadrv.nvrtc import *  # noqa: F401,F403
 from pycudadrv.timestamps import *  # noqa: F401,F403
-from pycudadrv.dispatch import Dispatch, Encoder
-from pycudadrv._version import __version__
-from pycudadrv.config import show_config
+from pycudadrv._attributes import DEVICE_ATTRIBUTES as DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES as FUNCTION_ATTRIBUTES
+from pycudadrv.dispatch import Dispatch as Dispatch, Encoder as Encoder
+from pycudadrv._version import __version__ as __version__
+from pycudadrv.config import show_config as show_config
 
 __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_host.__all__,
                   *_memory.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,

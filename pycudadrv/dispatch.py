@@ -48,11 +48,19 @@ A kernel written to this convention handles both::
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from pycudadrv._memory import Buffer
+
+if TYPE_CHECKING:
+    from pycudadrv._device import Device
+    from pycudadrv._launch import Function
+    from pycudadrv._stream import Event, Stream
+    from pycudadrv.timestamps import Timestamps
 
 __all__ = ["Encoder", "Pass", "Dispatch", "encoder"]
 
@@ -77,7 +85,8 @@ class Dispatch:
     cached per grid, so an unchanged dispatch re-marshals nothing.
     """
 
-    def __init__(self, pass_, function, block=(64, 1, 1), persistent_blocks=None):
+    def __init__(self, pass_: Pass, function: Function, block: int | tuple[int, ...] = (64, 1, 1),
+                 persistent_blocks: int | None = None) -> None:
         self._pass = pass_
         self.function = function
         self.block = _dims(block, "block")
@@ -88,7 +97,8 @@ class Dispatch:
         self.persistent_blocks = persistent_blocks
 
     # -- bindings ----------------------------------------------------------------------
-    def set_arg(self, slot, buffer, kind="storage"):
+    def set_arg(self, slot: tuple[int, int], buffer: Buffer, kind: Literal["storage", "uniform"] = "storage"
+                ) -> Dispatch:
         """Bind ``buffer`` (a Buffer or a slice of one) at ``slot = (space, index)``.
 
         ``kind="storage"`` passes (pointer, byte length as u64); ``"uniform"``
@@ -106,7 +116,7 @@ class Dispatch:
         self._by_grid.clear()
         return self
 
-    def set_push_constants(self, data):
+    def set_push_constants(self, data: Any) -> Dispatch:
         """Set the push constants: bytes or any array (its raw bytes), packed
         into u64 words, the last one zero-padded."""
         raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else np.ascontiguousarray(data).tobytes()
@@ -116,7 +126,7 @@ class Dispatch:
         self._by_grid.clear()
         return self
 
-    def arguments(self, indirect=None):
+    def arguments(self, indirect: Buffer | None = None) -> list[Any]:
         """The kernel arguments in convention order (see the module docstring)."""
         args = []
         for slot in sorted(self._bindings):
@@ -140,7 +150,8 @@ class Dispatch:
             self._prepared[key] = p
         p.launch()
 
-    def dispatch(self, grid=None, *, threads=None, indirect=None):
+    def dispatch(self, grid: int | tuple[int, ...] | None = None, *, threads: int | tuple[int, ...] | None = None,
+                 indirect: Buffer | None = None) -> None:
         """Launch. Exactly one of:
 
         * ``grid=(x, y, z)`` workgroups (blocks);
@@ -193,7 +204,7 @@ class Dispatch:
 
     launch = dispatch
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<Dispatch '{self.function.name}' block={self.block} {len(self._bindings)} binding(s), "
                 f"{len(self._push)} push word(s)>")
 
@@ -201,11 +212,12 @@ class Dispatch:
 class Pass:
     """A labelled group of dispatches (optionally timed by a Timestamps)."""
 
-    def __init__(self, encoder, label):
+    def __init__(self, encoder: Encoder, label: str) -> None:
         self.encoder = encoder
         self.label = label
 
-    def dispatch(self, function, *, block=(64, 1, 1), persistent_blocks=None):
+    def dispatch(self, function: Function, *, block: int | tuple[int, ...] = (64, 1, 1),
+                 persistent_blocks: int | None = None) -> Dispatch:
         """A :class:`Dispatch` of ``function`` with workgroup size ``block``."""
         return Dispatch(self, function, block, persistent_blocks)
 
@@ -217,14 +229,14 @@ class Encoder:
     symmetry with shader APIs and returns an Event recorded after them.
     """
 
-    def __init__(self, device=None, stream=None):
+    def __init__(self, device: Device | None = None, stream: Stream | None = None) -> None:
         from pycudadrv._device import get_current_device
 
         self.device = device if device is not None else get_current_device()
         self.stream = stream if stream is not None else self.device.default_stream
 
     @contextmanager
-    def pass_(self, label="pass", timestamps=None):
+    def pass_(self, label: str = "pass", timestamps: Timestamps | None = None) -> Iterator[Pass]:
         """``with encoder.pass_("label", timestamps=ts) as p:``; with
         ``timestamps`` the pass is timed as ``ts.measure(label)``."""
         p = Pass(self, label)
@@ -234,18 +246,18 @@ class Encoder:
             with timestamps.measure(label):
                 yield p
 
-    def copy_buffer_to_buffer(self, src, src_offset, dst, dst_offset, nbytes):
+    def copy_buffer_to_buffer(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
         """Device-to-device copy on the encoder's stream (``cuMemcpyDtoDAsync``);
         ranges are checked (ValueError)."""
         src.copy_to(dst, nbytes=nbytes, src_offset=src_offset, dst_offset=dst_offset, stream=self.stream)
 
-    def submit(self):
+    def submit(self) -> Event:
         """Return an Event recorded after everything encoded so far."""
         from pycudadrv._stream import Event
 
         return Event(timing=False, device=self.device).record(self.stream)
 
 
-def encoder(device=None, stream=None):
+def encoder(device: Device | None = None, stream: Stream | None = None) -> Encoder:
     """``Encoder(device, stream)``; also reachable as ``Device.encoder(stream)``."""
     return Encoder(device, stream)

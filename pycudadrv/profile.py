@@ -16,6 +16,7 @@ import atexit
 import os
 import sys
 from collections import defaultdict
+from typing import IO
 
 from pycudadrv._driver import CudaError
 from pycudadrv._launch import get_launch_hook, set_launch_hook
@@ -65,17 +66,17 @@ _profiler = _Profiler()
 _totals: dict = defaultdict(lambda: [0.0, 0])
 
 
-def enable():
+def enable() -> None:
     """Time every launch with events from now on."""
     set_launch_hook(_profiler)
 
 
-def enable_trace(out=None):
+def enable_trace(out: IO[str] | None = None) -> None:
     """Synchronise and print after every launch from now on (``out``: a file, default stderr)."""
     set_launch_hook(_Tracer(out))
 
 
-def disable():
+def disable() -> None:
     """Stop profiling or tracing (launches go back to the uninstrumented path)."""
     set_launch_hook(None)
 
@@ -90,19 +91,19 @@ def _drain():
     _profiler.records = []
 
 
-def stats():
+def stats() -> dict[str, tuple[float, int]]:
     """``{kernel name: (total ms, calls)}`` so far (waits for pending launches)."""
     _drain()
     return {k: (v[0], v[1]) for k, v in _totals.items()}
 
 
-def reset():
+def reset() -> None:
     """Forget everything profiled so far."""
     _drain()
     _totals.clear()
 
 
-def report(file=None):
+def report(file: IO[str] | None = None) -> str:
     """Print the table, sorted by total time, and return it as a string."""
     st = stats()
     total = sum(v[0] for v in st.values()) or 1.0

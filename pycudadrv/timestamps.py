@@ -1,6 +1,7 @@
 """Labelled pass timing with CUDA events, cheap enough to leave on in a loop."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from pycudadrv._stream import Event, Stream
@@ -28,13 +29,13 @@ class Timestamps:
         Defaults to the current device's default stream.
     """
 
-    def __init__(self, stream: Stream | None = None):
+    def __init__(self, stream: Stream | None = None) -> None:
         if stream is None:
             from pycudadrv._device import get_current_device
 
             stream = get_current_device().default_stream
         self.stream = stream
-        self._pending: list[list] = []  # [label, start Event, end Event or None while open]
+        self._pending: list[list] = []  # type: ignore[type-arg]  # [label, start Event, end Event or None while open]
         self._pool: list[Event] = []
         self._open = 0
 
@@ -42,7 +43,7 @@ class Timestamps:
         return self._pool.pop() if self._pool else Event(device=self.stream.device)
 
     @contextmanager
-    def measure(self, label: str):
+    def measure(self, label: str) -> Iterator[Timestamps]:
         """Record a start event, run the block, record an end event.
         Nested passes are allowed; results come back in order of their start."""
         start = self._event()
@@ -69,14 +70,14 @@ class Timestamps:
         """True when no pass is open and every recorded pass has finished on the GPU."""
         return self._open == 0 and self._last_done()
 
-    def _collect(self):
+    def _collect(self) -> list[tuple[str, float]]:
         out = [(label, Event.elapsed_ms(start, end)) for label, start, end in self._pending]
         for _, start, end in self._pending:
             self._pool.extend((start, end))
         self._pending = []
         return out
 
-    def try_take(self):
+    def try_take(self) -> list[tuple[str, float]] | None:
         """Non-blocking: ``None`` while any pass is open or still running on
         the GPU (``cuEventQuery``), else the list of ``(label, milliseconds)``
         in order, and the passes are cleared."""
@@ -84,7 +85,7 @@ class Timestamps:
             return None
         return self._collect()
 
-    def read(self):
+    def read(self) -> list[tuple[str, float]]:
         """Wait for every pass (``cuEventSynchronize``) and return
         ``[(label, milliseconds), ...]``, clearing them.
 
@@ -95,7 +96,7 @@ class Timestamps:
             self._pending[-1][2].synchronize()
         return self._collect()
 
-    def reset(self):
+    def reset(self) -> None:
         """Drop every recorded pass without reading it."""
         if self._open:
             raise RuntimeError("Timestamps.reset() inside an open pass")
@@ -105,5 +106,5 @@ class Timestamps:
                 self._pool.append(end)
         self._pending = []
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<Timestamps on {self.stream!r}, {len(self._pending)} pass(es) pending>"
