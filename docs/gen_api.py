@@ -67,6 +67,8 @@ CONSTANTS = {
     "FUNCTION_ATTRIBUTES": "`CU_FUNC_ATTRIBUTE_*` name -> value, generated from `cuda.h`; "
                            "names accepted by `Function.attribute`.",
 }
+# Values that depend on the environment the page is generated in: shown as their default.
+SHOWN = {"enabled": "False"}
 # Dunder members worth listing (others are plumbing).
 DUNDERS = {"__call__", "__getitem__", "__len__", "__sub__", "__enter__", "__cuda_array_interface__",
            "__cuda_stream__", "__dlpack__", "__dlpack_device__", "__float__"}
@@ -227,13 +229,14 @@ def split_signature(obj, name):
 
 
 def signature(obj):
-    """inspect.signature with string annotations evaluated where possible; '(...)' if none."""
-    for kw in ({"eval_str": True}, {}):
-        try:
-            return str(inspect.signature(obj, **kw))
-        except (TypeError, ValueError, NameError):
-            continue
-    return "(...)"
+    """The signature with annotations as written in the source (``from __future__ import
+    annotations`` keeps them as text, the same on every Python version); '(...)' if none."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return "(...)"
+    text = re.sub(r"(: |-> )'([^']*)'", r"\1\2", str(sig))
+    return re.sub(r'(: |-> )"([^"]*)"', r"\1\2", text)
 
 
 # --- rendering --------------------------------------------------------------------------
@@ -262,7 +265,7 @@ def render_class(cls, stubs):
     elif "__new__" in info:
         out += ["```python", info["__new__"][1], "```", ""]
     elif not issubclass(cls, BaseException) and cls.__init__ is not object.__init__:
-        out += ["```python", f"{cls.__name__}{signature(cls)}", "```", ""]
+        out += ["```python", f"{cls.__name__}{signature(cls)}".removesuffix(" -> None"), "```", ""]
     doc = inspect.cleandoc(cls.__doc__ or "")
     if re.match(r"^" + cls.__name__ + r"\(.*\)$", doc.partition("\n")[0]):
         # embedsignature's constructor line; Cython 3.3 misplaces keyword-only
@@ -355,7 +358,7 @@ def main():
         consts = [n for n in names if n not in classes and n not in funcs]
         for n in consts:
             v = getattr(mod, n)
-            shown = f"dict of {len(v)} entries" if isinstance(v, dict) else repr(v)
+            shown = f"dict of {len(v)} entries" if isinstance(v, dict) else SHOWN.get(n, repr(v))
             qual = qualify(n, mod, modname)
             body += [f"### `{qual}`", "", f"`{shown}`. {CONSTANTS.get(n, '')}".rstrip(), ""]
             seen.add(qual)

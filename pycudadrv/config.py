@@ -128,12 +128,11 @@ def _devices(cd: Any) -> dict[str, Any]:
         n = cd.device_count()
     except Exception as e:  # noqa: BLE001
         return {"count": 0, "error": _why(e), "devices": []}
+    sel_error: str | None = None
     try:
         selected = {d.ordinal for d in cd.selected_devices()}
     except Exception as e:  # noqa: BLE001 -- a bad PYCUDADRV_DEVICES: every device is listed, the error too
         selected, sel_error = set(range(n)), _why(e)
-    else:
-        sel_error = None
     out: list[dict[str, Any]] = []
     for i in range(n):
         if i not in selected:

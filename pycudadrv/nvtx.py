@@ -84,7 +84,7 @@ class _PackageImpl:
     path: str | None = None
 
     def __init__(self) -> None:
-        import nvtx as pkg  # the optional dependency, imported only here
+        import nvtx as pkg  # type: ignore[import-untyped, import-not-found, unused-ignore]  # the optional dependency, imported only here
 
         self._domain = pkg.get_domain(DOMAIN)
         self._attrs: dict[str, object] = {}
@@ -106,7 +106,7 @@ class _PackageImpl:
 
 def _library_candidates() -> Iterator[str]:
     try:
-        import nvidia  # namespace package of the nvidia-* wheels
+        import nvidia  # type: ignore[import-untyped, import-not-found, unused-ignore]  # namespace package of the nvidia-* wheels
 
         for base in list(nvidia.__path__):
             for sub in ("cu13/lib", "cu12/lib", "nvtx/lib"):
@@ -221,7 +221,7 @@ def _make(which: _Backend | None) -> _PackageImpl | _CtypesImpl:
         return _CtypesImpl()
 
 
-def enable(backend: _Backend | None = None) -> str:
+def enable(backend: Literal["nvtx", "ctypes"] | None = None) -> str:
     """Record NVTX ranges from now on; returns the backend used (``"nvtx"`` or ``"ctypes"``).
 
     Parameters
