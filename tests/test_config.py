@@ -195,8 +195,11 @@ def test_nvtx_state_is_reported(clean_env, monkeypatch):
             "or nvidia-nvtx for the library)\n") in text
 
 
-def test_python_m_pycudadrv_info_exits_0_with_the_report():
-    out = subprocess.run([sys.executable, "-m", "pycudadrv", "--info"], capture_output=True, text=True)
+def test_python_m_pycudadrv_info_exits_0_with_the_report(tmp_path):
+    here = os.path.dirname(os.path.dirname(os.path.abspath(cd.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    out = subprocess.run([sys.executable, "-m", "pycudadrv", "--info"], capture_output=True, text=True, cwd=tmp_path,
+                         env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"pycudadrv {cd.__version__} at ")
     for heading in ("\ndriver:\n", "\nNVRTC:\n", "\ncompile cache: ", "\noptional libraries:\n",

@@ -8,8 +8,18 @@ import textwrap
 
 import pytest
 
+import pycudadrv
 from pycudadrv import nvtx
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LibraryUnavailableError
+
+
+def same_package_env(**extra):
+    """The environment for a child interpreter that imports this very pycudadrv (the one under
+    test, installed or built in place), whatever its working directory."""
+    env = dict(os.environ, **extra)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(pycudadrv.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+    return env
 
 
 class Recorder:
@@ -39,10 +49,11 @@ def recorder(monkeypatch):
     yield rec
 
 
-def test_off_by_default_in_a_fresh_interpreter():
-    env = {k: v for k, v in os.environ.items() if k != "PYCUDADRV_NVTX"}
+def test_off_by_default_in_a_fresh_interpreter(tmp_path):
+    env = same_package_env()
+    env.pop("PYCUDADRV_NVTX", None)
     out = subprocess.run([sys.executable, "-c", "from pycudadrv import nvtx; print(nvtx.enabled, nvtx._impl)"],
-                         capture_output=True, text=True, env=env, check=True)
+                         capture_output=True, text=True, env=env, check=True, cwd=tmp_path)
     assert out.stdout.split() == ["False", "None"]
 
 
@@ -206,12 +217,12 @@ def test_package_backend_when_the_nvtx_package_is_installed(monkeypatch):
         nvtx.disable()
 
 
-def test_the_environment_switch_turns_ranges_on_at_import_where_a_backend_exists():
+def test_the_environment_switch_turns_ranges_on_at_import_where_a_backend_exists(tmp_path):
     code = "from pycudadrv import nvtx; print(nvtx.enabled, nvtx._impl is not None and nvtx._impl.name)"
-    env = dict(os.environ, PYCUDADRV_NVTX="1")
+    env = same_package_env(PYCUDADRV_NVTX="1")
     if nvtx.backend() is None:
         pytest.skip("neither the nvtx package nor an NVTX library is installed here")
     out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True,
-                         text=True, env=env, check=True)
+                         text=True, env=env, check=True, cwd=tmp_path)
     assert out.stdout.split()[0] == "True"
     assert out.stdout.split()[1] in ("nvtx", "ctypes")
