@@ -49,7 +49,9 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 typedef CUresult (*launch_kernel_t)(CUfunction, unsigned int, unsigned int, unsigned int,
@@ -68,6 +70,15 @@ typedef CUresult (*stream_synchronize_t)(CUstream);
 typedef CUresult (*event_record_t)(CUevent, CUstream);
 typedef CUresult (*get_proc_address_t)(const char *, void **, int, cuuint64_t,
                                        CUdriverProcAddressQueryResult *);
+typedef CUresult (*launch_kernel_ex_t)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*graph_create_t)(CUgraph *, unsigned int);
+typedef CUresult (*cond_handle_create_t)(CUgraphConditionalHandle *, CUgraph, CUcontext, unsigned int,
+                                         unsigned int);
+typedef CUresult (*graph_add_node_t)(CUgraphNode *, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+                                     size_t, CUgraphNodeParams *);
+typedef CUresult (*begin_capture_to_graph_t)(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
+                                             size_t, CUstreamCaptureMode);
+typedef CUresult (*ctx_get_current_t)(CUcontext *);
 
 static launch_kernel_t p_launch_kernel = NULL;
 static graph_launch_t p_graph_launch = NULL;
@@ -81,6 +92,12 @@ static graph_get_nodes_t p_graph_get_nodes = NULL;
 static graph_upload_t p_graph_upload = NULL;
 static stream_synchronize_t p_stream_synchronize = NULL;
 static event_record_t p_event_record = NULL;
+static launch_kernel_ex_t p_launch_kernel_ex = NULL;
+static graph_create_t p_graph_create = NULL;
+static cond_handle_create_t p_cond_handle_create = NULL;
+static graph_add_node_t p_graph_add_node = NULL;
+static begin_capture_to_graph_t p_begin_capture_to_graph = NULL;
+static ctx_get_current_t p_ctx_get_current = NULL;
 static char init_error[512] = "floor_init() has not been called";
 
 /* Error codes of floor_init() besides a CUresult from cuGetProcAddress. */
@@ -162,6 +179,13 @@ int floor_init(const char *libcuda_path) {
     FLOOR_OPTIONAL(p_graph_upload, graph_upload_t, "cuGraphUpload", 11010);
     FLOOR_OPTIONAL(p_event_record, event_record_t, "cuEventRecord", 2000);
     FLOOR_OPTIONAL(p_stream_synchronize, stream_synchronize_t, "cuStreamSynchronize", 2000);
+    /* Optional: PDL captures and device-side WHILE loops (CUDA 12.3+). */
+    FLOOR_OPTIONAL(p_launch_kernel_ex, launch_kernel_ex_t, "cuLaunchKernelEx", 11060);
+    FLOOR_OPTIONAL(p_graph_create, graph_create_t, "cuGraphCreate", 10000);
+    FLOOR_OPTIONAL(p_cond_handle_create, cond_handle_create_t, "cuGraphConditionalHandleCreate", 12030);
+    FLOOR_OPTIONAL(p_graph_add_node, graph_add_node_t, "cuGraphAddNode", 12030);
+    FLOOR_OPTIONAL(p_begin_capture_to_graph, begin_capture_to_graph_t, "cuStreamBeginCaptureToGraph", 12030);
+    FLOOR_OPTIONAL(p_ctx_get_current, ctx_get_current_t, "cuCtxGetCurrent", 4000);
 #undef FLOOR_OPTIONAL
     snprintf(init_error, sizeof init_error, "ok");
     return 0;
@@ -471,4 +495,146 @@ double floor_launch_seq_loop(int n_kernels, void *const *funcs, const unsigned i
     }
     t1 = now_s();
     return t1 - t0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Steps with the host out of the way (bench/graph_loops.py): the C twins of pycudadrv's
+ * PDL-chained graphs and device-side loops, built from the same kernels and parameter bytes.
+ *
+ *   int floor_graph_capture_seq_pdl(int n_kernels, void *const *funcs, const unsigned int *dims,
+ *                                   const unsigned int *shared, void **const *params, void *stream,
+ *                                   int repeats, void **graph_exec_out, int *num_nodes_out);
+ *          as floor_graph_capture_seq, every launch through cuLaunchKernelEx with
+ *          CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, so the capture joins consecutive
+ *          kernels by programmatic edges.
+ *   int floor_while_graph_seq(int n_kernels, void *const *funcs, const unsigned int *dims,
+ *                             const unsigned int *shared, void **const *params, void *stream,
+ *                             int steps_per_iteration, int pdl, void *cond_func, void *state,
+ *                             unsigned int iterations, void **graph_exec_out);
+ *          a graph of one conditional WHILE node (cuGraphConditionalHandleCreate with default 1,
+ *          cuGraphAddNode) whose body is captured with cuStreamBeginCaptureToGraph:
+ *          `steps_per_iteration` steps, then cond_func(handle, state, iterations) -- pycudadrv's
+ *          own condition kernel, so both twins run the same device code.
+ * ------------------------------------------------------------------------------------------- */
+
+static CUresult launch_seq_ex(int n_kernels, void *const *funcs, const unsigned int *dims,
+                              const unsigned int *shared, void **const *params, CUstream s, int pdl) {
+    CUlaunchAttribute attr;
+    CUlaunchConfig cfg;
+    int k;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    for (k = 0; k < n_kernels; ++k) {
+        const unsigned int *d = dims + 6 * k;
+        CUresult r;
+        if (!pdl) {
+            r = p_launch_kernel((CUfunction)funcs[k], d[0], d[1], d[2], d[3], d[4], d[5],
+                                shared != NULL ? shared[k] : 0u, s, params[k], NULL);
+        } else {
+            memset(&cfg, 0, sizeof cfg);
+            cfg.gridDimX = d[0]; cfg.gridDimY = d[1]; cfg.gridDimZ = d[2];
+            cfg.blockDimX = d[3]; cfg.blockDimY = d[4]; cfg.blockDimZ = d[5];
+            cfg.sharedMemBytes = shared != NULL ? shared[k] : 0u;
+            cfg.hStream = s;
+            cfg.attrs = &attr;
+            cfg.numAttrs = 1;
+            r = p_launch_kernel_ex(&cfg, (CUfunction)funcs[k], params[k], NULL);
+        }
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult record_repeated_seq_pdl(CUstream s, const void *ctx) {
+    const struct repeated_seq *q = (const struct repeated_seq *)ctx;
+    CUresult r = CUDA_SUCCESS;
+    int i;
+    for (i = 0; i < q->repeats && r == CUDA_SUCCESS; ++i)
+        r = launch_seq_ex(q->n_kernels, q->funcs, q->dims, q->shared, q->params, s, 1);
+    return r;
+}
+
+int floor_graph_capture_seq_pdl(int n_kernels, void *const *funcs, const unsigned int *dims,
+                                const unsigned int *shared, void **const *params, void *stream, int repeats,
+                                void **graph_exec_out, int *num_nodes_out) {
+    struct repeated_seq q;
+    if (p_launch_kernel_ex == NULL)
+        return (int)CUDA_ERROR_NOT_SUPPORTED;
+    q.n_kernels = n_kernels;
+    q.funcs = funcs;
+    q.dims = dims;
+    q.shared = shared;
+    q.params = params;
+    q.repeats = repeats;
+    return capture_graph(n_kernels >= 1 && funcs != NULL && dims != NULL && params != NULL && repeats >= 1,
+                         (CUstream)stream, record_repeated_seq_pdl, &q, graph_exec_out, num_nodes_out);
+}
+
+int floor_while_graph_seq(int n_kernels, void *const *funcs, const unsigned int *dims,
+                          const unsigned int *shared, void **const *params, void *stream,
+                          int steps_per_iteration, int pdl, void *cond_func, void *state,
+                          unsigned int iterations, void **graph_exec_out) {
+    CUgraph outer = NULL, body = NULL, ended = NULL;
+    CUgraphExec exec = NULL;
+    CUgraphConditionalHandle handle = 0;
+    CUgraphNodeParams np;
+    CUgraphNode node = NULL;
+    CUcontext ctx = NULL;
+    CUstream s = (CUstream)stream;
+    CUdeviceptr state_ptr = (CUdeviceptr)(uintptr_t)state;
+    void *cond_params[3];
+    unsigned int cond_dims[6] = {1, 1, 1, 1, 1, 1};
+    void *const cond_funcs[1] = {cond_func};
+    void **const cond_param_list[1] = {cond_params};
+    CUresult r, r_end;
+    int i;
+    if (graph_exec_out == NULL)
+        return (int)CUDA_ERROR_INVALID_VALUE;
+    *graph_exec_out = NULL;
+    if (p_graph_create == NULL || p_cond_handle_create == NULL || p_graph_add_node == NULL ||
+        p_begin_capture_to_graph == NULL || p_ctx_get_current == NULL || p_launch_kernel_ex == NULL ||
+        p_graph_instantiate == NULL || p_graph_destroy == NULL || p_stream_end_capture == NULL)
+        return (int)CUDA_ERROR_NOT_SUPPORTED;
+    if (n_kernels < 1 || steps_per_iteration < 1 || cond_func == NULL || state == NULL)
+        return (int)CUDA_ERROR_INVALID_VALUE;
+    r = p_ctx_get_current(&ctx);
+    if (r == CUDA_SUCCESS)
+        r = p_graph_create(&outer, 0);
+    if (r == CUDA_SUCCESS)
+        r = p_cond_handle_create(&handle, outer, ctx, iterations > 0 ? 1u : 0u, CU_GRAPH_COND_ASSIGN_DEFAULT);
+    if (r == CUDA_SUCCESS) {
+        memset(&np, 0, sizeof np);
+        np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+        np.conditional.handle = handle;
+        np.conditional.type = CU_GRAPH_COND_TYPE_WHILE;
+        np.conditional.size = 1;
+        np.conditional.ctx = ctx;
+        r = p_graph_add_node(&node, outer, NULL, NULL, 0, &np);
+    }
+    if (r == CUDA_SUCCESS) {
+        body = np.conditional.phGraph_out[0];
+        r = p_begin_capture_to_graph(s, body, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+        if (r == CUDA_SUCCESS) {
+            for (i = 0; i < steps_per_iteration && r == CUDA_SUCCESS; ++i)
+                r = launch_seq_ex(n_kernels, funcs, dims, shared, params, s, pdl);
+            cond_params[0] = &handle;
+            cond_params[1] = &state_ptr;
+            cond_params[2] = &iterations;
+            if (r == CUDA_SUCCESS)
+                r = launch_seq_ex(1, cond_funcs, cond_dims, NULL, cond_param_list, s, pdl);
+            r_end = p_stream_end_capture(s, &ended);
+            if (r == CUDA_SUCCESS)
+                r = r_end;
+        }
+    }
+    if (r == CUDA_SUCCESS)
+        r = p_graph_instantiate(&exec, outer, 0);
+    if (outer != NULL)
+        p_graph_destroy(outer);
+    if (r != CUDA_SUCCESS)
+        return (int)r;
+    *graph_exec_out = (void *)exec;
+    return 0;
 }

@@ -64,7 +64,7 @@ replayed once, they must leave ``a = 2 x 1,000`` everywhere.
 
 Method
 ------
-As in launch_overhead.py (``_common.run_interleaved``): one uncounted warm-up
+As in launch_overhead.py (``_harness.run_interleaved``): one uncounted warm-up
 round, then ``--rounds`` rounds; in each, the floor row runs first and last
 (the round's floor is the mean of the two), the other rows in between in an
 order rotated by one each round; every row drains its stream before the next
@@ -88,38 +88,14 @@ from itertools import repeat
 from pathlib import Path
 from time import perf_counter_ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, wherever we are run from
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _cfloor, _harness, _report, wherever we are run from
 
 import numpy as np  # noqa: E402
 
 # KERNEL_*, GRID, BLOCK, N_ELEMS: the kernel of launch_overhead.py (same source, name and configuration).
-from _common import (  # noqa: E402
-    BLOCK,
-    GRID,
-    KERNEL_NAME,
-    KERNEL_SRC,
-    N_ELEMS,
-    BenchSetupError,
-    PeerSkipped,
-    Row,
-    add_output_args,
-    cupy_bench_kernel,
-    kernel_params,
-    launch_hook,
-    log,
-    loop_call0,
-    median_or_nan,
-    new_parser,
-    print_skipped,
-    pyplot,
-    run_interleaved,
-    save_figure,
-    setup,
-    setup_peers,
-    summarize,
-    sync_all_streams,
-    write_report,
-)
+from _cfloor import BenchSetupError, PeerSkipped, kernel_params  # noqa: E402
+from _harness import BLOCK, GRID, KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, cupy_bench_kernel, launch_hook, loop_call0, median_or_nan, run_interleaved, setup, setup_peers, summarize, sync_all_streams  # noqa: E402
+from _report import add_output_args, log, new_parser, print_skipped, pyplot, save_figure, write_report  # noqa: E402
 
 # Table 1: 1,000-kernel graph replay.
 REPLAY_C = "C: C-built graph, cuGraphLaunch loop + sync"
@@ -687,7 +663,15 @@ def main(argv=None) -> int:
     passed = all(targets.values())
     print("targets: " + "; ".join(f"{k_}: {'PASS' if v else 'FAIL'}" for k_, v in targets.items()))
 
+    def med(r):
+        return r["ratio_summary"]["median"] if r.get("ratio_summary", {}).get("n") else None
+
+    summary = {"replay_per_kernel_over_c": med(replay_rep["rows"][REPLAY_PY]),
+               "graph_launch_over_c": med(host_rep["rows"][HOST_PY]),
+               "heat_graph_over_eager": (heat_rep["ways"][graph_name]["speedup_summary"]["median"]
+                                         if graph_name in heat_rep["ways"] else None)}
     data = {
+        "summary": summary,
         **bench.report_header(),
         "config": {"rounds": args.rounds, "warmup_rounds": args.warmup_rounds, "rotate": not args.no_rotate,
                    "kernels": K, "replays": R, "launches": args.launches, "batch": args.batch,

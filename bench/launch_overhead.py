@@ -66,39 +66,13 @@ from itertools import repeat
 from pathlib import Path
 from time import perf_counter_ns
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, wherever we are run from
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _cfloor, _harness, _report, wherever we are run from
 
 import numpy as np  # noqa: E402
 
-from _common import (  # noqa: E402
-    BLOCK,
-    GRID,
-    KERNEL_NAME,
-    KERNEL_SRC,
-    N_ELEMS,
-    BenchSetupError,
-    ParamArray,
-    PeerSkipped,
-    Row,
-    add_output_args,
-    cuda_core_peer,
-    cupy_bench_kernel,
-    kernel_params,
-    launch_hook,
-    log,
-    loop_call0,
-    median_or_nan,
-    new_parser,
-    print_skipped,
-    pyplot,
-    run_interleaved,
-    save_figure,
-    setup,
-    setup_peers,
-    summarize,
-    sync_all_streams,
-    write_report,
-)
+from _cfloor import BenchSetupError, ParamArray, PeerSkipped, kernel_params  # noqa: E402
+from _harness import BLOCK, GRID, KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, cuda_core_peer, cupy_bench_kernel, launch_hook, loop_call0, median_or_nan, run_interleaved, setup, setup_peers, summarize, sync_all_streams  # noqa: E402
+from _report import add_output_args, log, new_parser, print_skipped, pyplot, save_figure, write_report  # noqa: E402
 
 PARAM_COUNTS = (1, 4, 16, 64)
 
@@ -576,7 +550,17 @@ def main(argv=None) -> int:
           + ", ".join(f"{n} <= {t:.2f}: {'PASS' if main_rep['rows'][n]['pass'] else 'FAIL'}"
                       for n, t in TARGETS.items() if n in main_rep["rows"]))
 
+    def med(rows, name):
+        r = rows.get(name)
+        return None if r is None or not r.get("ratio_summary", {}).get("n") else r["ratio_summary"]["median"]
+
+    summary = {"prepared_over_c": med(main_rep["rows"], PREPARED), "generic_over_c": med(main_rep["rows"], GENERIC),
+               "cuda_core_over_c": med(main_rep["rows"], CORE), "cupy_over_c": med(main_rep["rows"], CUPY)}
+    for count, r in params_rep.items():
+        summary[f"generic{count}_over_c"] = med(r["rows"], GENERIC)
+        summary[f"prepared{count}_over_c"] = med(r["rows"], PREPARED)
     data = {
+        "summary": summary,
         **bench.report_header(),
         "config": {"rounds": args.rounds, "launches_per_round": args.launches,
                    "warmup_rounds": args.warmup_rounds, "rotate": not args.no_rotate,

@@ -64,11 +64,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    RESULTS_DIR, environment, log, median_or_nan, new_parser, pyplot, save_figure, summarize, write_json,
-)
+from _report import add_output_args, environment, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+try:
+    from _harness import median_or_nan, summarize  # noqa: E402  (the harness imports pycudadrv)
+except ImportError as _e:
+    print(f"memcpy_bandwidth: pycudadrv is not importable (install it, or build it in place with "
+          f"`python -m pip install -e .`): {_e}", file=sys.stderr)
+    sys.exit(2)
+
 KINDS = ("H2D pinned", "H2D pageable", "D2H pinned", "D2H pageable", "D2D")
 PY, CUPY, KERNEL = "pycudadrv", "CuPy", "copy kernel"
 LARGE = 64 << 20              # the targets concern copies of this many bytes or more
@@ -90,13 +94,6 @@ extern "C" __global__ void copy16(const int4* __restrict__ src, int4* __restrict
 }
 """
 COPY_BLOCK = 256
-
-
-def rel(p: Path) -> str:
-    try:
-        return str(p.resolve().relative_to(REPO))
-    except ValueError:
-        return str(p)
 
 
 def size_text(n: int) -> str:
@@ -327,9 +324,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-mib", type=int, default=256,
                     help="bytes per host<->device batch in MiB (default 256; D2D batches 8x that)")
     ap.add_argument("--no-cupy", action="store_true", help="leave CuPy out")
-    ap.add_argument("--no-plot", action="store_true", help="do not write the PNG")
-    ap.add_argument("--results-dir", type=Path, default=RESULTS_DIR, help=f"default {rel(RESULTS_DIR)}")
-    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    add_output_args(ap)
     args = ap.parse_args(argv)
     if args.min_size < 16 or args.min_size % 16 or args.max_size < args.min_size:
         ap.error("--min-size must be a multiple of 16 bytes and at most --max-size")
@@ -437,16 +432,9 @@ def main(argv=None) -> int:
                      for kind, libs in bw.items()},
         "ratio_to_cupy": {kind: {str(s): summarize(v) for s, v in per.items()} for kind, per in ratios.items()},
     }
-    out_json = args.results_dir / "memcpy_bandwidth.json"
-    write_json(out_json, data)
-    print(f"\nwrote {rel(out_json)}")
-    if not args.no_plot:
-        try:
-            out_png = args.results_dir / "memcpy_bandwidth.png"
-            plot(out_png, sizes, med, ratio_med, peak, f"memcpy bandwidth: {title}")
-            print(f"wrote {rel(out_png)}")
-        except ImportError:
-            print("matplotlib not installed: no PNG")
+    write_report(args.results_dir, "memcpy_bandwidth", data,
+                 None if args.no_plot else lambda path: plot(path, sizes, med, ratio_med, peak,
+                                                             f"memcpy bandwidth: {title}"))
 
     print(f"\n=== memcpy bandwidth, GB/s (pycudadrv, and its ratio to CuPy in the same round): {title} ===")
     print(f"{'size':>9} " + " ".join(f"{k + (' (r+w)' if k == 'D2D' else ''):>19}" for k in KINDS)

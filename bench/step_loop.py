@@ -33,7 +33,7 @@ Method
 ------
 Each row's timed region is ``steps`` steps *and a synchronize of its stream*,
 so every figure is steps completed on the GPU per second of wall time. The
-rows run interleaved (``bench/_common.run_interleaved``): each round times the
+rows run interleaved (``bench/_harness.run_interleaved``): each round times the
 C graph replay, every row in turn (order rotated each round), then the C graph
 again; one warm-up round is not counted. Every ratio is taken between
 figures of the same round, then the median over rounds is reported. The state
@@ -63,32 +63,15 @@ from time import perf_counter, perf_counter_ns
 
 BENCH_DIR = Path(__file__).resolve().parent
 EXAMPLES_DIR = BENCH_DIR.parent / "examples"
-sys.path.insert(0, str(BENCH_DIR))       # _common, wherever we are run from
+sys.path.insert(0, str(BENCH_DIR))       # _cfloor, _harness, _report, wherever we are run from
 sys.path.insert(0, str(EXAMPLES_DIR))    # particles (the simulation and its kernels)
 
 import numpy as np  # noqa: E402
 
 import particles  # noqa: E402
-from _common import (  # noqa: E402
-    KernelSeq,
-    PeerSkipped,
-    Row,
-    add_output_args,
-    cuda_core_peer,
-    launch_hook,
-    log,
-    new_parser,
-    param_array_from_bytes,
-    print_skipped,
-    pyplot,
-    run_interleaved,
-    save_figure,
-    setup,
-    setup_peers,
-    summarize,
-    sync_all_streams,
-    write_report,
-)
+from _cfloor import KernelSeq, PeerSkipped, param_array_from_bytes  # noqa: E402
+from _harness import Row, cuda_core_peer, launch_hook, run_interleaved, setup, setup_peers, summarize, sync_all_streams  # noqa: E402
+from _report import add_output_args, log, new_parser, print_skipped, pyplot, save_figure, write_report  # noqa: E402
 
 C_GRAPH = "C graph replay (cuGraphLaunch loop)"
 C_LAUNCH = "C launches (cuLaunchKernel loop)"
@@ -585,7 +568,15 @@ def main(argv=None) -> int:
     else:
         print(f"\nno launch-bound size (N <= {LAUNCH_BOUND_MAX:,}) measured: targets not evaluated")
 
+    summary = {}
+    if target_n is not None:
+        rep_t = next(r for r in reports if r["n"] == target_n)
+        for key in RATIOS:
+            r = rep_t["ratios"][key]
+            summary[key] = r["summary"]["median"] if r.get("available") else None
+        summary["size"] = target_n
     data = {
+        "summary": summary,
         **bench.report_header(),
         "config": {"sizes": args.sizes, "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
                    "steps_per_graph": args.k, "block": particles.BLOCK, "kernels_per_step": list(particles.STEP_KERNELS),

@@ -11,14 +11,17 @@ owned stream, timed per pass:
   (``floor_timed_launch_loop`` in ``bench/c_floor.c``, same process).
 * **pycudadrv Timestamps pass** -- ``with ts.measure("step"): p.launch()``
   with ``p`` a prepared launch, plus one non-blocking ``ts.try_take()`` every
-  256 passes (what a simulation loop would do once a frame); events come from
-  the Timestamps pool, and after each row the passes are read (untimed), so
-  every row starts from the same pool.
+  256 passes (what a simulation loop would do once a frame: it takes the
+  passes asked for at the previous call once the GPU has finished them, so
+  their events go back to the pool while the GPU stays busy); events come
+  from the Timestamps pool, and after each row the passes are read
+  (untimed), so every row starts from the same pool.
 * **pycudadrv events by hand** -- ``start.record(s); p.launch(); end.record(s)``.
 * **references** -- a C ``cuLaunchKernel`` loop and ``p.launch()`` alone, so
   the cost of the timing itself (row minus its launch-only reference) shows.
 
 Interleaved rounds as in launch_overhead; ratios to the same round's C floor.
+Summary key: ``timestamps_pass_over_c`` (target <= 1.10, issue 12).
 Output: the table, ``bench/results/timestamps_cost.json``. Exit 2 without CUDA.
 """
 from __future__ import annotations
@@ -30,10 +33,9 @@ from time import perf_counter_ns
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import (  # noqa: E402
-    KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, add_output_args, kernel_params, launch_hook, log, loop_call0,
-    median_or_nan, new_parser, run_interleaved, setup, summarize, write_report,
-)
+from _cfloor import kernel_params  # noqa: E402
+from _harness import KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, launch_hook, loop_call0, median_or_nan, run_interleaved, setup, summarize  # noqa: E402
+from _report import add_output_args, log, new_parser, write_report  # noqa: E402
 
 N_EVENTS = 256
 FLOOR = "C: event record + launch + event record"
@@ -116,7 +118,9 @@ def main(argv=None) -> int:
         print(f"{name:<50} {med[name]:>9.3f} {ratio:>10.3f} {adds}")
     ts_ratio = median_or_nan(res.ratios(TS))
     print(f"\nTimestamps pass / C event+launch+event: {ts_ratio:.3f}x")
-    data = b.report_header()
+    data = {"summary": {"timestamps_pass_over_c": ts_ratio,
+                        "events_by_hand_over_c": median_or_nan(res.ratios(BY_HAND))},
+            **b.report_header()}
     data.update({"rounds": args.rounds, "passes_per_round": args.launches, "event_pairs": N_EVENTS,
                  "us_per_pass": {k: summarize(v) for k, v in us.items()},
                  "ratio_to_c_timed": {k: summarize(res.ratios(k)) for k in res.rows},

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""N-body particle simulation on the GPU, driven four ways by pycudadrv.
+"""N-body particle simulation on the GPU, driven six ways by pycudadrv.
 
 The physics
 -----------
@@ -29,7 +29,7 @@ u64 words, then the ``(indirect, indirect_len)`` pair):
 No atomics anywhere: every sum is reduced in the same order on every run, so
 the same kernels in the same order give bit-identical results.
 
-The four ways
+The six ways
 -------------
 * **eager**    ``fn.launch(grid, block, *args, stream=s)`` for every kernel of
   every step (grid/block checks and argument marshalling each time);
@@ -38,10 +38,15 @@ The four ways
 * **dispatch** one :class:`pycudadrv.Dispatch` per kernel (bindings and push
   constants set once through an Encoder pass), ``d.dispatch(grid=...)`` per step;
 * **graph**    ``K`` steps of prepared launches captured once
-  (``with stream.capture() as g``), then ``g.launch()`` ``steps / K`` times.
+  (``with stream.capture() as g``), then ``g.launch()`` ``steps / K`` times;
+* **pdl_graph** the same graph captured with ``capture(pdl=True)``: consecutive
+  kernels joined by programmatic edges (each kernel waits for its producer
+  with ``griddepcontrol.wait`` before reading), compute capability 9.0+;
+* **device_loop** ``K`` steps captured once as the body of a device-side loop
+  (``with stream.loop(times=steps / K)``): one ``launch()`` for the whole run.
 
 Every way passes exactly the argument list that ``Dispatch.arguments()``
-builds, with the same grids, on one owned stream, so all four must end in the
+builds, with the same grids, on one owned stream, so all six must end in the
 same bits.
 
 The checks (exit 0 only if all pass)
@@ -50,7 +55,7 @@ The checks (exit 0 only if all pass)
   reference of the same integrator: ``||gpu - ref|| / ||ref|| < 1e-5`` over
   positions and velocities (float32 round-off gives a few 1e-7 here);
 * the final state of the long run (``--steps``, 10,000) is bit-identical
-  across the four ways (``np.array_equal`` on positions and velocities);
+  across the six ways (``np.array_equal`` on positions and velocities);
 * total energy (kinetic + trap + springs, summed in float64 from the state) is
   conserved: ``|E(T) - E(0)| / |E(0)| < 1e-4``. Velocity Verlet keeps the
   energy error bounded at O((omega dt)^2), about 2e-5 for dt = 0.01 here; float32
@@ -93,6 +98,14 @@ __device__ __forceinline__ Push unpack(u64 w0, u64 w1, u64 w2) {
     p.lam = __uint_as_float((unsigned)(w1 >> 32));
     p.kappa = __uint_as_float((unsigned)(w2 & 0xffffffffull));
     return p;
+}
+
+// Programmatic dependent launch: a kernel launched as a PDL dependent (a graph captured with
+// pdl=True) waits here for the kernel before it, whose outputs it reads.
+__device__ __forceinline__ void wait_producer() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 // The workgroups this block runs: first, first + stride, ... below count. Direct dispatch:
@@ -164,6 +177,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 kick_drift(float* __restrict__ x, u64 x_len, float* __restrict__ v, u64 v_len,
            const float* __restrict__ a, u64 a_len,
            u64 pc0, u64 pc1, u64 pc2, const unsigned* indirect, u64 indirect_len) {
+    wait_producer();
     const Push p = unpack(pc0, pc1, pc2);
     u64 n = bodies(p, x_len);
     if (bodies(p, v_len) < n) n = bodies(p, v_len);
@@ -188,6 +202,7 @@ kick_drift(float* __restrict__ x, u64 x_len, float* __restrict__ v, u64 v_len,
 extern "C" __global__ void __launch_bounds__(1024)
 com_partial(const float* __restrict__ x, u64 x_len, double* __restrict__ partial, u64 partial_len,
             u64 pc0, u64 pc1, u64 pc2, const unsigned* indirect, u64 indirect_len) {
+    wait_producer();
     const Push p = unpack(pc0, pc1, pc2);
     const u64 n = bodies(p, x_len);
     const u64 slots = partial_len / (4 * sizeof(double));
@@ -211,6 +226,7 @@ com_partial(const float* __restrict__ x, u64 x_len, double* __restrict__ partial
 extern "C" __global__ void __launch_bounds__(1024)
 com_final(const double* __restrict__ partial, u64 partial_len, double* __restrict__ cm, u64 cm_len,
           u64 pc0, u64 pc1, u64 pc2, const unsigned* indirect, u64 indirect_len) {
+    wait_producer();
     const Push p = unpack(pc0, pc1, pc2);
     const u64 slots = partial_len / (4 * sizeof(double));
     const Groups g = groups(indirect, indirect_len);
@@ -238,6 +254,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 force_kick(const float* __restrict__ x, u64 x_len, float* __restrict__ v, u64 v_len,
            float* __restrict__ a, u64 a_len, const double* __restrict__ cm,
            u64 pc0, u64 pc1, u64 pc2, const unsigned* indirect, u64 indirect_len) {
+    wait_producer();
     const Push p = unpack(pc0, pc1, pc2);
     u64 n = bodies(p, x_len);
     if (bodies(p, v_len) < n) n = bodies(p, v_len);
@@ -263,6 +280,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 force(const float* __restrict__ x, u64 x_len, float* __restrict__ a, u64 a_len,
       const double* __restrict__ cm,
       u64 pc0, u64 pc1, u64 pc2, const unsigned* indirect, u64 indirect_len) {
+    wait_producer();
     const Push p = unpack(pc0, pc1, pc2);
     u64 n = bodies(p, x_len);
     if (bodies(p, a_len) < n) n = bodies(p, a_len);
@@ -366,7 +384,7 @@ def rel_error(x, v, xr, vr) -> float:
 # --------------------------------------------------------------------------- the GPU side
 
 class Simulation:
-    """The particle system on one device and one owned stream, with the four
+    """The particle system on one device and one owned stream, with the six
     ways to advance it.
 
     ``Simulation(n)`` compiles the kernels (NVRTC, cached module), allocates
@@ -456,7 +474,7 @@ class Simulation:
         """``[(Function, grid, block, args)]`` of one step, in order: what every way launches."""
         return [(self.functions[k], self.grids[k], self.block, self.arguments[k]) for k in STEP_KERNELS]
 
-    # -- the four ways ------------------------------------------------------------------
+    # -- the six ways ------------------------------------------------------------------
     def step_eager(self, steps: int) -> None:
         """``steps`` steps of ``fn.launch(grid, block, *args, stream=s)`` per kernel."""
         s = self.stream
@@ -500,6 +518,25 @@ class Simulation:
             self._graphs[k] = g
         return g
 
+    def pdl_graph(self, k: int):
+        """The graph of ``k`` steps captured with programmatic edges (``capture(pdl=True)``)."""
+        g = self._graphs.get(("pdl", k))
+        if g is None:
+            with self.stream.capture(pdl=True) as g:
+                self.step_prepared(k)
+            g.upload()
+            self._graphs[("pdl", k)] = g
+        return g
+
+    def device_loop(self, k: int, iterations: int):
+        """A device-side loop of ``iterations`` iterations of ``k`` steps (one launch)."""
+        loop = self._graphs.get(("loop", k, iterations))
+        if loop is None:
+            with self.stream.loop(times=iterations) as loop:
+                self.step_prepared(k)
+            self._graphs[("loop", k, iterations)] = loop
+        return loop
+
     def run_graph(self, steps: int, k: int) -> None:
         """``steps // k`` replays of the ``k``-step graph, then the remaining
         ``steps % k`` steps as prepared launches (same kernels, same order)."""
@@ -519,6 +556,17 @@ class Simulation:
             self.step_dispatch(steps)
         elif way == "graph":
             self.run_graph(steps, k)
+        elif way == "pdl_graph":
+            launch = self.pdl_graph(k).launch
+            for _ in range(steps // k):
+                launch()
+            if steps % k:
+                self.step_prepared(steps % k)
+        elif way == "device_loop":
+            if steps // k:
+                self.device_loop(k, steps // k).launch()
+            if steps % k:
+                self.step_prepared(steps % k)
         else:
             raise ValueError(f"unknown way {way!r}; expected one of {WAYS}")
 
@@ -529,7 +577,7 @@ class Simulation:
         self._graphs.clear()
 
 
-WAYS = ("eager", "prepared", "dispatch", "graph")
+WAYS = ("eager", "prepared", "dispatch", "graph", "pdl_graph", "device_loop")
 
 
 # --------------------------------------------------------------------------- main
@@ -592,7 +640,7 @@ def main(argv=None) -> int:
           f"in {capture_ms:.1f} ms")
     for way in WAYS:
         sim.reset(x0, v0)
-        sim.run(way, k if way == "graph" else 2, k)
+        sim.run(way, k if way in ("graph", "pdl_graph", "device_loop") else 2, k)
     sim.synchronize()
 
     # 1. Short run of each way against NumPy float64.
@@ -608,11 +656,11 @@ def main(argv=None) -> int:
     ref_ok = worst < REF_TOL
     ok &= ref_ok
     print(f"check vs NumPy float64 ({cs} steps): relative error {worst:.2e} "
-          f"(limit {REF_TOL:.0e}, worst of the four ways) {'OK' if ref_ok else 'FAIL'}")
+          f"(limit {REF_TOL:.0e}, worst of the {len(WAYS)} ways) {'OK' if ref_ok else 'FAIL'}")
     short_same = all(np.array_equal(short[w][0], short[WAYS[0]][0]) and
                      np.array_equal(short[w][1], short[WAYS[0]][1]) for w in WAYS)
     if not short_same:
-        print("  the four ways differ after the short run: " +
+        print("  the ways differ after the short run: " +
               ", ".join(f"{w} {errs[w]:.2e}" for w in WAYS))
     ok &= short_same
 
@@ -637,7 +685,7 @@ def main(argv=None) -> int:
     same = {w: bool(np.array_equal(final[w][0], base[0]) and np.array_equal(final[w][1], base[1])) for w in WAYS}
     ident_ok = all(same.values())
     ok &= ident_ok
-    print(f"bit-identical final state across the four ways: {'OK' if ident_ok else 'FAIL'}"
+    print(f"bit-identical final state across the {len(WAYS)} ways: {'OK' if ident_ok else 'FAIL'}"
           + ("" if ident_ok else " (" + ", ".join(f"{w}: {'same' if s else 'DIFFERENT'}"
                                                    for w, s in same.items()) + ")"))
 

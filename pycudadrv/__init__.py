@@ -29,9 +29,9 @@ except ImportError as _e:  # pragma: no cover - a source tree that was never bui
         "place with `python -m pip install -e .` (or run from outside the checkout to use an installed "
         f"pycudadrv). Original error: {_e}") from _e
 
-from pycudadrv import _errors, _device, _stream, _host, _memory, _marshal, _kernel, _launch, _module, _graph
-from pycudadrv import _env
-from pycudadrv import nvrtc, timestamps, dispatch, bench, profile, nvtx  # noqa: F401
+from pycudadrv import _errors, _device, _stream, _host, _memory, _interop, _marshal, _kernel, _launch, _module, _graph
+from pycudadrv import _sequence, _loops, _env
+from pycudadrv import nvrtc, link, triton, timestamps, dispatch, bench, profile, queue, aio, nvtx  # noqa: F401
 
 from pycudadrv._errors import *  # noqa: F401,F403
 from pycudadrv._driver import *  # noqa: F401,F403
@@ -39,20 +39,27 @@ from pycudadrv._device import *  # noqa: F401,F403
 from pycudadrv._stream import *  # noqa: F401,F403
 from pycudadrv._host import *  # noqa: F401,F403
 from pycudadrv._memory import *  # noqa: F401,F403
+from pycudadrv._interop import *  # noqa: F401,F403
 from pycudadrv._marshal import *  # noqa: F401,F403
 from pycudadrv._kernel import *  # noqa: F401,F403
 from pycudadrv._launch import *  # noqa: F401,F403
 from pycudadrv._module import *  # noqa: F401,F403
 from pycudadrv._graph import *  # noqa: F401,F403
-from pycudadrv.nvrtc import *  # noqa: F401,F403
-from pycudadrv.timestamps import *  # noqa: F401,F403
+from pycudadrv._sequence import *  # noqa: F401,F403
+from pycudadrv._loops import *  # noqa: F401,F403
 from pycudadrv._attributes import DEVICE_ATTRIBUTES as DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES as FUNCTION_ATTRIBUTES
+from pycudadrv.nvrtc import *  # noqa: F401,F403
+from pycudadrv.link import *  # noqa: F401,F403
+from pycudadrv.triton import from_triton as from_triton, TritonKernel as TritonKernel
+from pycudadrv.timestamps import *  # noqa: F401,F403
 from pycudadrv.dispatch import Dispatch as Dispatch, Encoder as Encoder
+from pycudadrv.queue import *  # noqa: F401,F403
 from pycudadrv._version import __version__ as __version__
 from pycudadrv.config import show_config as show_config
 
 __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_host.__all__,
-                  *_memory.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
-                  *_graph.__all__, *nvrtc.__all__, *timestamps.__all__,
-                  "Dispatch", "Encoder", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "show_config",
-                  "__version__", "bench", "profile", "dispatch"})
+                  *_memory.__all__, *_interop.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
+                  *_graph.__all__, *_sequence.__all__, *_loops.__all__, *nvrtc.__all__, *link.__all__, *timestamps.__all__,
+                  *queue.__all__,
+                  "Dispatch", "Encoder", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "from_triton", "TritonKernel",
+                  "show_config", "__version__", "bench", "profile", "dispatch", "aio"})

@@ -1,9 +1,13 @@
-"""Driver loader: dlopen libcuda at first use, resolve every entry point with
+"""Driver loader: open libcuda at first use, resolve every entry point with
 cuGetProcAddress at the ABI version of the header we compiled against, and turn
 CUresult codes into exceptions."""
 from typing import Final
 
 from _typeshed import ReadableBuffer
+
+from pycudadrv._errors import CudaError as CudaError, CudaUnavailableError as CudaUnavailableError
+
+__all__ = ['CudaError', 'CudaUnavailableError', 'LIBCUDA', 'MIN_DRIVER_VERSION', 'HEADER_CUDA_VERSION', 'is_available', 'require', 'driver_version', 'driver_library', 'fnv1a64']
 
 #: The default name of the driver library; ``PYCUDADRV_LIBCUDA`` overrides it.
 LIBCUDA: Final[str]
@@ -12,28 +16,9 @@ MIN_DRIVER_VERSION: Final[int]
 #: CUDA version of the cuda.h this build was compiled against.
 HEADER_CUDA_VERSION: Final[int]
 
-class CudaUnavailableError(RuntimeError):
-    """CUDA cannot be used here: the driver library is missing, there is no
-    device, or the driver is older than pycudadrv supports."""
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed."""
-
-    #: The ``CUresult`` value.
-    code: int
-    #: Its name, e.g. ``"CUDA_ERROR_INVALID_VALUE"``.
-    name: str
-    #: The driver's text for it (``cuGetErrorString``).
-    description: str
-    #: The driver function that failed, e.g. ``"cuMemAlloc"``.
-    call: str
-    #: What pycudadrv was doing (kernel, grid, block, ...); may be empty.
-    context: str
-    def __init__(self, code: int, name: str, description: str, call: str, context: str = "") -> None: ...
-    def __reduce__(self) -> tuple[type[CudaError], tuple[int, str, str, str, str]]: ...
-
 def is_available() -> bool: ...
 def require() -> None: ...
 def driver_version() -> tuple[int, int]: ...
+def driver_library() -> str: ...
 def fnv1a64(data: ReadableBuffer) -> int: ...
 def _check_code(code: int, call: str = "test") -> None: ...

@@ -90,6 +90,7 @@ cdef extern from "pycudadrv/driver_api.h" nogil:
         CUresult (*p_cuDeviceGraphMemTrim)(CUdevice device) noexcept nogil
         CUresult (*p_cuGraphCreate)(CUgraph *phGraph, unsigned int flags) noexcept nogil
         CUresult (*p_cuGraphNodeGetType)(CUgraphNode hNode, CUgraphNodeType *type_) noexcept nogil
+        CUresult (*p_cuGraphKernelNodeSetParams)(CUgraphNode hNode, const CUDA_KERNEL_NODE_PARAMS_v2 *nodeParams) noexcept nogil
         CUresult (*p_cuGraphAddNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) noexcept nogil
         CUresult (*p_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags) noexcept nogil
         CUresult (*p_cuStreamBeginCaptureToGraph)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) noexcept nogil

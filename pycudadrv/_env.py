@@ -23,6 +23,7 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_LIBCUDA": "path of the CUDA driver library (default libcuda.so.1)",
     "PYCUDADRV_NVRTC": "path of libnvrtc (no fallback when set)",
     "PYCUDADRV_NVJITLINK": "path of libnvJitLink (no fallback when set)",
+    "PYCUDADRV_NVFATBIN": "path of libnvfatbin (no fallback when set)",
     "PYCUDADRV_CACHE": "0 disables the on-disk compile cache",
     "PYCUDADRV_CACHE_DIR": "directory of the on-disk compile cache",
     "PYCUDADRV_CACHE_MAX_BYTES": "size limit of the compile cache in bytes (least recently used entries go first)",

@@ -15,7 +15,8 @@ cdef class CapturedGraph:
     cdef Stream _last_launch
     cdef list _after_end             # callables run on the ended graph before it is instantiated
     cdef bint _closed
-    cdef bint _upload_first          # device-updatable nodes: cuGraphUpload before every launch
+    cdef bint _device_updated        # has device-updatable kernel nodes
+    cdef bint _upload_first          # upload before the next launch (after a host update of such a graph)
     cdef int _n_nodes
 
     cdef int _ready(self) except -1

@@ -2,12 +2,13 @@
 """CUDA graph capture and replay (``with stream.capture() as graph``), built on
 the stream's Capture state."""
 cimport cython
-from libc.stdint cimport uintptr_t
+from libc.stdint cimport uintptr_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
+from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport Stream, Capture, begin_capture, resolve_stream
 from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, pycudadrv_arena,
@@ -19,7 +20,7 @@ import threading
 from pycudadrv._errors import (ArgumentIndexError, ArgumentTypeError, ArgumentValueError, GraphUpdateError,
                                StateError, CudaError)
 
-__all__ = ["CapturedGraph", "GraphUpdateError"]
+__all__ = ["CapturedGraph", "GraphUpdateError", "graph_memory_used"]
 
 cdef int _dot_count = 0
 _dot_lock = threading.Lock()
@@ -38,6 +39,16 @@ def _dot_path():
         return pattern.replace("{n}", str(n))
     root, ext = os.path.splitext(pattern)
     return pattern if n == 0 else f"{root}-{n}{ext or '.dot'}"
+
+
+def graph_memory_used(device=None):
+    """Bytes of device memory that graph memory nodes hold on ``device``
+    right now (``cuDeviceGetGraphMemAttribute``, ``USED_MEM_CURRENT``)."""
+    cdef Device dev = as_device(device)
+    cdef uint64_t v = 0
+    check(driver().p_cuDeviceGetGraphMemAttribute(dev._handle, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v),
+          "cuDeviceGetGraphMemAttribute")
+    return v
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
@@ -79,7 +90,7 @@ cdef class CapturedGraph:
         The driver refused to capture (e.g. an illegal call invalidated it).
     """
 
-    def __cinit__(self, Stream stream not None, str mode="thread_local", *, bint pdl=False):
+    def __cinit__(self, Stream stream not None, str mode="thread_local", *args, bint pdl=False, **kwargs):
         self._stream = stream
         self.mode = mode
         self.pdl = pdl
@@ -91,6 +102,8 @@ cdef class CapturedGraph:
         self._launch_streams = []
         self._after_end = []
         self._closed = False
+        self._device_updated = False
+        self._upload_first = False
 
     def __enter__(self):
         if self._graph != NULL or self._exec != NULL or self._closed:
@@ -130,17 +143,33 @@ cdef class CapturedGraph:
             self._closed = True
             raise ArgumentValueError("empty capture: nothing was launched on the stream inside the `with` block")
         self._n_nodes = <int>n
-        for hook in self._after_end:
+        for hook in list(self._after_end) + list(c.finalizers):
             hook(self)
         self._stream.device.activate()
         check(d.p_cuGraphInstantiateWithFlags(&self._exec, g, 0), "cuGraphInstantiateWithFlags")
-        self._upload_first = any(k[6] for k in self._kernels)
-        if self._upload_first:
+        # Nodes updated from the device need the graph uploaded before its first launch
+        # (and again after a host-side update of such a node).
+        self._device_updated = any(k[6] for k in self._kernels)
+        if self._device_updated:
             check(d.p_cuGraphUpload(self._exec, self._stream._handle), "cuGraphUpload")
         path = _dot_path()
         if path is not None:
             self.debug_dot(path)
         return 0
+
+    def hold(self, *objs):
+        """Keep ``objs`` alive as long as the graph, and make the frees of the
+        Buffers among them wait for the graph, as for what is launched on the
+        capture stream itself. For work captured on streams that joined this
+        capture through an event (``stream.wait(event)``, as
+        :meth:`pycudadrv.Queue.capture` forks it), which the launch path does not
+        attribute to the capture.
+
+        Raises StateError outside the ``with`` block of the capture."""
+        if self._capture is None:
+            raise StateError("CapturedGraph.hold(): call it inside the `with stream.capture()` block, while the "
+                             "graph is being captured")
+        self._capture.hold_all(objs)
 
     def _add_after_end(self, hook):
         """Run ``hook(graph)`` once the capture has ended, before instantiation."""
@@ -173,6 +202,7 @@ cdef class CapturedGraph:
         s.device.activate()
         if self._upload_first:
             check(d.p_cuGraphUpload(self._exec, s._handle), "cuGraphUpload")
+            self._upload_first = False
         if launch_releases_gil():
             with nogil:
                 r = d.p_cuGraphLaunch(self._exec, s._handle)
@@ -273,6 +303,8 @@ cdef class CapturedGraph:
                 (<Buffer>a).add_hold()
                 self._roots.append(a)
         self._kernels[index] = (node, fn, grid, block, shmem, tuple(args), devnode)
+        if self._device_updated:
+            self._upload_first = True
 
     def debug_dot(self, path, bint verbose=True):
         """Write the driver's DOT description of the graph to ``path``

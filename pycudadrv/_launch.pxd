@@ -10,6 +10,14 @@ cdef class Function(KernelBase):
     cdef readonly object module
     cdef Stream _default_stream
     cdef ParamLayout layout
+    # Generic launches of a known layout marshal into this arena, repacking only the
+    # arguments that are not the previous call's very (immutable) objects.
+    cdef pycudadrv_arena _arena
+    cdef bint _arena_ready
+    cdef void** _keep               # per parameter: the scalar object packed last (owned), or NULL
+    cdef int _nkeep
+
+    cdef int _drop_cache(self) except -1
 
 cdef class LaunchConfig:
     cdef unsigned int grid[3]
@@ -36,8 +44,10 @@ cdef class PreparedLaunch:
     cdef CUlaunchAttribute ex_attrs[4]
 
     cdef int _launch(self) except -1
+    cdef uintptr_t _launch_updatable(self) except? 1
     cdef int _check_bound(self) except -1
     cdef int _ensure_scratch(self) except -1
+    cdef int _launch_checks(self) except -1
 
 # The one place kernels are launched (cuLaunchKernel, or cuLaunchKernelEx when the
 # configuration has launch attributes or the stream's capture asks for PDL or a
@@ -48,6 +58,8 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
 
 # Whether launches release the GIL around the driver call (set_release_gil).
 cdef bint launch_releases_gil() noexcept
+# The installed launch instrumentation hook, or None.
+cdef object get_launch_hook_c()
 
 cdef Function make_function(CUfunction handle, str name, object module, Device device, object layout,
                             str layout_source, Lifetime module_life)

@@ -1,24 +1,24 @@
 """Kernel-parameter marshalling and launches (generic and prepared)."""
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, SupportsIndex, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 import numpy as np
 from numpy.typing import DTypeLike
 from typing_extensions import Self, disjoint_base
 
-from pycudadrv._device import Device
-from pycudadrv._memory import Buffer, _SupportsCudaArrayInterface
+from pycudadrv._kernel import KernelBase, _Dims
+from pycudadrv._memory import Buffer, _SupportsCudaArrayInterface, _SupportsDLPack
 from pycudadrv._module import Module
 from pycudadrv._signature import Param
 from pycudadrv._stream import Stream, _StreamLike
 
-#: A grid, block or cluster size: an int, or 1 to 3 ints (missing ones are 1).
-_Dims: TypeAlias = SupportsIndex | Sequence[SupportsIndex]
+__all__ = ['Function', 'LaunchConfig', 'PreparedLaunch', 'set_release_gil', 'get_release_gil', 'set_launch_hook', 'get_launch_hook']
 
 #: A value accepted for one kernel parameter (see docs/kernel-parameters.md).
 _KernelArg: TypeAlias = (
     Buffer
     | _SupportsCudaArrayInterface
+    | _SupportsDLPack
     | None
     | bool
     | int
@@ -33,7 +33,8 @@ _KernelArg: TypeAlias = (
 #: A signature: ``"float*, const float*, int"`` or a sequence of type names / numpy dtypes.
 _Signature: TypeAlias = str | Sequence[str | DTypeLike]
 
-_LayoutSource: TypeAlias = Literal["signature", "ptx", "cuFuncGetParamInfo", "unknown"]
+_LayoutSource: TypeAlias = Literal["signature", "mangled+ptx", "source+ptx", "ptx", "mangled+cuFuncGetParamInfo",
+                                  "source+cuFuncGetParamInfo", "cuFuncGetParamInfo", "unknown"]
 
 class _LaunchHook(Protocol):
     def before(self, fn: Function, stream: Stream, /) -> object: ...
@@ -52,9 +53,6 @@ def set_launch_hook(hook: _LaunchHook | None) -> _LaunchHook | None: ...
 def get_launch_hook() -> _LaunchHook | None: ...
 def set_release_gil(flag: bool) -> bool: ...
 def get_release_gil() -> bool: ...
-
-class NotSupportedError(RuntimeError):
-    """The device or driver cannot do what was asked (e.g. thread-block clusters below sm_90)."""
 
 @disjoint_base
 class LaunchConfig:
@@ -78,18 +76,13 @@ class LaunchConfig:
     @property
     def shared_mem_bytes(self) -> int: ...
 
-@disjoint_base
-class Function:
+class Function(KernelBase):
     """A kernel entry point of a loaded Module (``cuModuleGetFunction``)."""
 
-    # Always raises TypeError: objects come from ``Module.function(name)``.
+    # Always raises ArgumentTypeError: objects come from ``Module.function(name)``.
     def __init__(self, *args: object, **kwargs: object) -> None: ...
     @property
-    def name(self) -> str: ...
-    @property
     def module(self) -> Module: ...
-    @property
-    def device(self) -> Device: ...
     @property
     def layout_source(self) -> _LayoutSource: ...
     def set_signature(self, signature: _Signature) -> Self: ...
@@ -103,7 +96,6 @@ class Function:
     def static_shared_bytes(self) -> int: ...
     @property
     def handle(self) -> int: ...
-    def attribute(self, name: str | int) -> int: ...
     def launch(
         self,
         grid: _Dims,
@@ -126,7 +118,7 @@ class Function:
         cluster: _Dims | None = None,
         programmatic_dependent: bool = False,
     ) -> None: ...
-    def launch_timed(
+    def launch_timed_ns(
         self,
         grid: _Dims,
         block: _Dims,
@@ -137,6 +129,7 @@ class Function:
         cluster: _Dims | None = None,
         programmatic_dependent: bool = False,
     ) -> int: ...
+    launch_timed = launch_timed_ns
     def bind(
         self,
         grid: _Dims,
@@ -168,6 +161,8 @@ class PreparedLaunch:
     ) -> None: ...
     def __call__(self, *args: _KernelArg) -> None: ...
     def launch(self) -> None: ...
+    def launch_on(self, stream: _StreamLike) -> None: ...
+    def launch_timed_ns(self) -> int: ...
     def launch_timed(self) -> int: ...
     def set_arg(self, index: int, value: _KernelArg) -> None: ...
     @property
@@ -175,12 +170,11 @@ class PreparedLaunch:
     @property
     def stream(self) -> Stream: ...
     @property
+    def config(self) -> LaunchConfig: ...
+    @property
     def args(self) -> tuple[_KernelArg, ...] | None: ...
     def param_bytes(self) -> list[bytes]: ...
     @property
     def spilled(self) -> bool: ...
 
-def pack_arguments(
-    layout: _Signature | Sequence[Param], args: Sequence[_KernelArg], name: str = "kernel"
-) -> tuple[list[bytes], list[int], bool]: ...
 def _timed(s: Stream, launch: Any, *args: Any, **kwargs: Any) -> int: ...

@@ -3,7 +3,8 @@
 PreparedLaunch (fn.bind), and the one call site of cuLaunchKernel(Ex)."""
 cimport cython
 from libc.stdint cimport uint32_t, uintptr_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, calloc, free
+from cpython.ref cimport Py_DECREF
 from libc.string cimport memcpy, memset
 
 from pycudadrv._cuda cimport *
@@ -14,7 +15,8 @@ from pycudadrv._kernel cimport KernelBase, parse_dims, validate_config
 from pycudadrv._stream cimport (Stream, Event, Capture, resolve_stream, captures_active,
                                 check_launch_outside_capture)
 from pycudadrv._memory cimport Buffer
-from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, marshal, infer_layout, args_summary,
+from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, marshal, marshal_cached, infer_layout,
+                                 args_summary, pycudadrv_arena_layout,
                                  pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
                                  pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
                                  pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY)
@@ -67,6 +69,10 @@ def set_release_gil(bint flag):
 
 cdef bint launch_releases_gil() noexcept:
     return _release_gil
+
+
+cdef object get_launch_hook_c():
+    return _hook
 
 
 def get_release_gil():
@@ -264,6 +270,28 @@ cdef class Function(KernelBase):
     kernel-parameter rules in the docs for which Python value becomes which bytes.
     """
 
+    def __cinit__(self):
+        pycudadrv_arena_init(&self._arena)
+        self._arena_ready = False
+        self._keep = NULL
+        self._nkeep = 0
+
+    def __dealloc__(self):
+        self._drop_cache()
+        pycudadrv_arena_release(&self._arena)
+
+    cdef int _drop_cache(self) except -1:
+        cdef int k
+        if self._keep != NULL:
+            for k in range(self._nkeep):
+                if self._keep[k] != NULL:
+                    Py_DECREF(<object>self._keep[k])
+            free(self._keep)
+        self._keep = NULL
+        self._nkeep = 0
+        self._arena_ready = False
+        return 0
+
     def __init__(self, *args, **kwargs):
         raise ArgumentTypeError("Function objects come from Module.function(name)")
 
@@ -282,6 +310,7 @@ cdef class Function(KernelBase):
                     f"disagrees with the kernel's own parameter info ({lay.source}): "
                     f"({_signature.format_layout(lay.params)})")
         lay.set(layout, "signature")
+        self._drop_cache()
         return self
 
     @property
@@ -392,6 +421,22 @@ cdef class Function(KernelBase):
             s = resolve_stream(stream, self.device)
         if s._closed:
             s.ensure_open()
+        if lay.n >= 0 and not _release_gil:
+            # The common case: the layout is known and the GIL is held for the whole launch,
+            # so the function's own arena is safe to reuse; unchanged immutable arguments keep
+            # their bytes.
+            if not self._arena_ready:
+                self._drop_cache()
+                self._keep = <void**>calloc(max(n, 1), sizeof(void*))
+                if self._keep == NULL or (n and pycudadrv_arena_layout(
+                        &self._arena, <const unsigned char*>&lay.specs[0].size, sizeof(ParamSpec), <uint32_t>n) != 0):
+                    raise MemoryError("kernel argument arena")
+                self._nkeep = n
+                self._arena_ready = True
+            kp = marshal_cached(&self._arena, lay, args, self._keep, s)
+            self.device.activate()
+            issue_launch(self, g, b, shared_mem_bytes, s, kp, lc, args, False)
+            return
         pycudadrv_arena_init(&arena)
         try:
             if lay.n < 0:

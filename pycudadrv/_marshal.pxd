@@ -1,6 +1,7 @@
 from libc.stdint cimport uint32_t
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device
+from pycudadrv._stream cimport Stream
 
 cdef extern from "pycudadrv/arena.h" nogil:
     ctypedef struct pycudadrv_arena:
@@ -11,6 +12,7 @@ cdef extern from "pycudadrv/arena.h" nogil:
     void pycudadrv_arena_reset(pycudadrv_arena* a)
     int pycudadrv_arena_is_spilled(const pycudadrv_arena* a)
     unsigned char* pycudadrv_arena_push(pycudadrv_arena* a, size_t nbytes)
+    int pycudadrv_arena_layout(pycudadrv_arena* a, const unsigned char* first_size, size_t stride, uint32_t n)
     unsigned char* pycudadrv_arena_at(pycudadrv_arena* a, uint32_t i)
     void** pycudadrv_arena_finish(pycudadrv_arena* a)
     size_t pycudadrv_arena_slot_bytes(const pycudadrv_arena* a)
@@ -55,6 +57,12 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
 # Marshal every argument for specs[i] into a freshly initialised arena; returns
 # the void* array for cuLaunchKernel.
 cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs) except NULL
+# Marshal into an arena already laid out for lay.specs, skipping the arguments that are the
+# very immutable scalar object kept in keep[i] (owned references, or NULL; updated here:
+# only scalars are kept, never buffers, so nothing holds memory alive); notes `s` as a user
+# of every Buffer argument. A failure leaves arena and keep consistent with each other.
+cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, void** keep,
+                           Stream s) except NULL
 # Layout unknown: parameter sizes from the values (malloc'd, the caller frees),
 # checked against the parameter-space limit.
 cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL

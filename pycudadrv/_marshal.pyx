@@ -9,10 +9,13 @@ from cpython.object cimport Py_TYPE
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.ref cimport Py_INCREF, Py_DECREF
 
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, peer_enabled
-from pycudadrv._memory cimport Buffer, cai_data_pointer, cai_is_contiguous
+from pycudadrv._stream cimport Stream
+from pycudadrv._memory cimport Buffer
+from pycudadrv._interop cimport cai_data_pointer, cai_is_contiguous
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
@@ -170,7 +173,7 @@ cdef int _int_range_error(ParamLayout lay, Py_ssize_t i, ParamSpec* p, object a)
     sign = "signed " if kind == INT else ("unsigned " if kind == UINT else "")
     if kind == INT:
         rng = f"[{-(1 << (bits - 1))}, {(1 << (bits - 1)) - 1}]"
-    elif kind == UINT:
+    elif kind == UINT or kind == POINTER:
         rng = f"[0, {(1 << bits) - 1}]"
     else:
         rng = f"[{-(1 << (bits - 1))}, {(1 << bits) - 1}]"
@@ -397,7 +400,7 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
     if cai is not None:
         return _pack_pointer(_cai_pointer(a, cai, lay, i, p), lay, i, p, dst, a)
     if hasattr(a, "__dlpack__"):
-        from pycudadrv._memory import asbuffer
+        from pycudadrv._interop import asbuffer
         try:
             b = asbuffer(a, device=lay.device)
         except ArgumentTypeError as e:
@@ -412,6 +415,8 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
     cdef Buffer b
     cdef double x
     cdef float f
+    cdef int overflow = 0
+    cdef long long v
     if t is Buffer:
         b = <Buffer>a
         if b._closed or b._root._closed:
@@ -434,6 +439,11 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
                 return 0
         return _pack_float(x, lay, i, p, dst, a)
     if t is int:
+        if p.size == 4 and (p.kind == INT or p.kind == INTEGER or p.kind == ANY):
+            v = PyLong_AsLongLongAndOverflow(a, &overflow)
+            if overflow == 0 and -2147483648LL <= v <= (2147483647LL if p.kind == INT else 4294967295LL):
+                (<uint32_t*>dst)[0] = <uint32_t>v          # the common case: a 32-bit int in range
+                return 0
         return _pack_int(a, lay, i, p, dst)
     if t is bool and p.kind != POINTER:
         return _pack_int(1 if a is True else 0, lay, i, p, dst)
@@ -483,13 +493,64 @@ cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL:
 
 
 cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs) except NULL:
-    cdef Py_ssize_t i
-    cdef unsigned char* dst
-    for i in range(len(args)):
-        dst = pycudadrv_arena_push(arena, specs[i].size)
-        if dst == NULL:
-            raise MemoryError("kernel argument arena")
-        pack_arg(args[i], lay, i, &specs[i], dst)
+    cdef Py_ssize_t i, n = len(args)
+    if n and pycudadrv_arena_layout(arena, <const unsigned char*>&specs[0].size, sizeof(ParamSpec),
+                                    <uint32_t>n) != 0:
+        raise MemoryError("kernel argument arena")
+    for i in range(n):
+        pack_arg(args[i], lay, i, &specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
+    return pycudadrv_arena_finish(arena)
+
+
+cdef extern from "Python.h":
+    ctypedef struct _PyObjectHead "PyObject":
+        void* ob_type
+    void* _tuple_item "PyTuple_GET_ITEM"(object t, Py_ssize_t i)      # a borrowed reference
+
+_int_t, _float_t, _bool_t, _bytes_t = int, float, bool, bytes   # the builtin types (kept alive: module globals)
+cdef void* _T_INT = <void*>_int_t
+cdef void* _T_FLOAT = <void*>_float_t
+cdef void* _T_BOOL = <void*>_bool_t
+cdef void* _T_BYTES = <void*>_bytes_t
+cdef void* _T_BUFFER = <void*>Buffer
+cdef void* _NONE = <void*>None
+
+
+cdef inline bint _np_type_known(void* t) noexcept:
+    cdef int k
+    for k in range(_n_np):
+        if _np_type[k] == t:
+            return True
+    return False
+
+
+cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, void** keep,
+                           Stream s) except NULL:
+    cdef Py_ssize_t i, n = len(args)
+    cdef void* pa
+    cdef void* t
+    cdef Buffer b
+    for i in range(n):
+        pa = _tuple_item(args, i)
+        t = (<_PyObjectHead*>pa).ob_type
+        if t == _T_BUFFER:
+            b = <Buffer><object>pa
+            pack_arg(b, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))   # open check + 8 bytes
+            if s is not b._stream and s is not b._root._last_user:
+                b.note_use(s)
+            if keep[i] != NULL:
+                Py_DECREF(<object>keep[i])
+                keep[i] = NULL
+            continue
+        if keep[i] == pa:
+            continue          # the very same immutable object as last time: its bytes are in place
+        pack_arg(<object>pa, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
+        if keep[i] != NULL:
+            Py_DECREF(<object>keep[i])
+            keep[i] = NULL
+        if t == _T_INT or t == _T_FLOAT or t == _T_BOOL or pa == _NONE or t == _T_BYTES or _np_type_known(t):
+            Py_INCREF(<object>pa)
+            keep[i] = pa      # immutable: the next call may skip it (only scalars are kept, never memory)
     return pycudadrv_arena_finish(arena)
 
 

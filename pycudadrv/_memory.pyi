@@ -1,14 +1,17 @@
-"""Device memory: Buffer (device allocation or a view of one), pinned
-HostBuffer, and asbuffer()."""
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol, SupportsIndex, TypeAlias, TypeVar, overload
+"""Device memory: Buffer (a device allocation or a view of one), its lifetime
+and its copies."""
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
 from typing_extensions import CapsuleType, Self, disjoint_base
 
 from pycudadrv._device import Device
+from pycudadrv._host import _ShapeLike
 from pycudadrv._stream import Stream, _DeviceLike, _StreamLike
+
+__all__ = ['Buffer']
 
 class _SupportsCudaArrayInterface(Protocol):
     @property
@@ -17,21 +20,13 @@ class _SupportsCudaArrayInterface(Protocol):
 class _SupportsDLPack(Protocol):
     def __dlpack__(self, *, stream: Any = ...) -> Any: ...
 
-#: ``shape`` arguments: an element count or a tuple of dimensions.
-_ShapeLike: TypeAlias = SupportsIndex | Sequence[SupportsIndex]
 _ArrayT = TypeVar("_ArrayT", bound=np.ndarray[Any, Any])
-
-def flush_deferred_frees() -> None: ...
 
 @disjoint_base
 class Buffer:
     """A device allocation, or a view of part of one."""
 
-    #: Element type (None: raw bytes). Slicing and ``to_numpy()`` use it.
-    dtype: np.dtype[Any] | None
-    #: Element shape (None when ``dtype`` is None).
-    shape: tuple[int, ...] | None
-    # Always raises TypeError: objects come from ``Buffer.empty``/``zeros``/``from_numpy`` or ``asbuffer``.
+    # Always raises ArgumentTypeError: objects come from ``Buffer.empty``/``zeros``/``from_numpy`` or ``asbuffer``.
     def __init__(self, *args: object, **kwargs: object) -> None: ...
     @property
     def device(self) -> Device: ...
@@ -65,6 +60,13 @@ class Buffer:
     def ptr(self) -> int: ...
     @property
     def nbytes(self) -> int: ...
+    #: Element type (None: raw bytes). Slicing and ``to_numpy()`` use it.
+    @property
+    def dtype(self) -> np.dtype[Any] | None: ...
+    #: Element shape (None when ``dtype`` is None).
+    @property
+    def shape(self) -> tuple[int, ...] | None: ...
+    def view(self, dtype: DTypeLike | None = None, shape: _ShapeLike | None = None) -> Buffer: ...
     @property
     def size(self) -> int: ...
     @property
@@ -127,26 +129,3 @@ class Buffer:
     def close(self) -> None: ...
     def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> Literal[False]: ...
-
-def asbuffer(obj: _SupportsCudaArrayInterface | _SupportsDLPack, *, device: _DeviceLike | None = None) -> Buffer: ...
-
-@disjoint_base
-class HostBuffer:
-    """Page-locked (pinned) host memory (``cuMemHostAlloc``), exposed as a numpy array."""
-
-    dtype: np.dtype[Any]
-    shape: tuple[int, ...]
-    # Always raises TypeError: objects come from ``HostBuffer.empty``.
-    def __init__(self, *args: object, **kwargs: object) -> None: ...
-    @property
-    def device(self) -> Device: ...
-    @staticmethod
-    def empty(shape: _ShapeLike, dtype: DTypeLike = ..., *, device: _DeviceLike | None = None) -> HostBuffer: ...
-    @property
-    def nbytes(self) -> int: ...
-    @property
-    def ptr(self) -> int: ...
-    @property
-    def array(self) -> NDArray[Any]: ...
-    def __buffer__(self, flags: int, /) -> memoryview: ...
-    def close(self) -> None: ...

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """Device memory: Buffer (a device allocation or a view of one), its lifetime
 (frees ordered after every stream that used it, deferred while a graph or an
-export holds it), copies, and asbuffer() for other libraries' arrays."""
+export holds it) and its copies."""
 cimport cython
 from libc.stdint cimport uintptr_t, uint64_t, uint8_t, uint16_t, uint32_t
 from pycudadrv._cuda cimport *
@@ -11,15 +11,15 @@ from pycudadrv._device cimport Device, get_device, as_device
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, check_not_capturing, forbidding_capture,
                                 order_after)
 from pycudadrv._host cimport HostBuffer, is_pinned
-from pycudadrv._dlpack cimport export_capsule, import_capsule
+from pycudadrv._dlpack cimport export_capsule
 
 import numpy as np
 from pycudadrv._host import shape_and_nbytes
 from pycudadrv._stream import alloc_trace
-from pycudadrv._dlpack import KDL_CUDA, KDL_CUDA_MANAGED
+from pycudadrv._dlpack import KDL_CUDA
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError)
 
-__all__ = ["Buffer", "asbuffer", "graph_memory_used"]
+__all__ = ["Buffer"]
 
 cdef extern from "cuda.h":
     enum:
@@ -28,35 +28,6 @@ cdef extern from "cuda.h":
 cdef set _pools_configured = set()
 # Legacy and per-thread default stream handles (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD): always valid.
 cdef tuple _SPECIAL_STREAMS = (1, 2)
-
-
-cdef object cai_data_pointer(object cai):
-    data = cai.get("data") if isinstance(cai, dict) else None
-    if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise ArgumentValueError("its __cuda_array_interface__ has no valid 'data': (pointer, read_only)")
-    ptr = data[0]
-    if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr < 0 or ptr >= 2**64:
-        raise ArgumentValueError(f"its __cuda_array_interface__ data pointer {ptr!r} is not an address")
-    return ptr
-
-
-cdef bint cai_is_contiguous(object cai) except -1:
-    strides = cai.get("strides")
-    if strides is None:
-        return True
-    shape = tuple(cai.get("shape", ()))
-    itemsize = np.dtype(cai["typestr"]).itemsize
-    expect = itemsize
-    count = 1
-    for s in shape:
-        count *= s
-    if count <= 1:
-        return True
-    for k in reversed(range(len(shape))):
-        if shape[k] != 1 and strides[k] != expect:
-            return False
-        expect *= shape[k]
-    return True
 
 
 cdef int _configure_pool(Device dev) except -1:
@@ -74,16 +45,6 @@ cdef int _configure_pool(Device dev) except -1:
     return 0
 
 
-def graph_memory_used(device=None):
-    """Bytes of device memory that graph memory nodes hold on ``device``
-    right now (``cuDeviceGetGraphMemAttribute``, ``USED_MEM_CURRENT``)."""
-    cdef Device dev = as_device(device)
-    cdef uint64_t v = 0
-    check(driver().p_cuDeviceGetGraphMemAttribute(dev._handle, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v),
-          "cuDeviceGetGraphMemAttribute")
-    return v
-
-
 cdef Buffer _new_view(Buffer parent, CUdeviceptr ptr, size_t nbytes, object dtype, object shape):
     cdef Buffer v = Buffer.__new__(Buffer)
     v.device = parent.device
@@ -95,6 +56,52 @@ cdef Buffer _new_view(Buffer parent, CUdeviceptr ptr, size_t nbytes, object dtyp
     v._dtype = dtype
     v._shape = shape
     return v
+
+
+cdef class _DeferredFree:
+    """An allocation to free: with ``cuMemFreeAsync`` on ``free_stream`` after the
+    work of the allocation stream and of every stream that used it, or with
+    ``cuMemFree`` (``free_stream`` None). Kept by a capture that forbade the
+    free until it ends."""
+    cdef CUdeviceptr ptr
+    cdef Device device
+    cdef Stream alloc_stream
+    cdef Stream free_stream
+    cdef list users
+
+    cdef int free(self, bint raise_errors) except -1:
+        cdef pycudadrv_driver_api* d = driver()
+        cdef Stream fs = self.free_stream
+        cdef CUresult r
+        self.device.activate()
+        if fs is None:
+            r = d.p_cuMemFree(self.ptr)
+            call = "cuMemFree"
+        else:
+            if fs._closed:
+                fs = <Stream>self.device.default_stream
+            try:
+                if fs is not self.alloc_stream:
+                    order_after(fs, self.alloc_stream)
+                for u in (self.users or ()):
+                    order_after(fs, <Stream>u)
+            except Exception:
+                if raise_errors:
+                    raise
+            self.device.activate()
+            r = d.p_cuMemFreeAsync(self.ptr, fs._handle)
+            call = "cuMemFreeAsync"
+        self.ptr = 0
+        if raise_errors:
+            check(r, call.encode())
+        elif r != CUDA_SUCCESS:
+            warn_dealloc_failure("Buffer", make_error(r, call))
+        return 0
+
+    def _release_deferred(self):
+        """Called when the capture that deferred this free ends."""
+        if self.ptr != 0:
+            self.free(False)
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
@@ -262,10 +269,6 @@ cdef class Buffer:
         """Called when a DLPack consumer releases its tensor of this buffer."""
         self.release_hold()
 
-    def _release_deferred(self):
-        """Called when a capture that deferred this buffer's free ends."""
-        self._release(False, False)
-
     def _free_in_capture(self):
         """Called when the capture that allocated this buffer ends: free it
         inside the graph (a graph memory free node) and close it."""
@@ -293,10 +296,9 @@ cdef class Buffer:
         """Free the allocation of this root once nothing holds it: ordered after
         every stream that used it; deferred to the end of a capture that would
         otherwise record (or forbid) the free."""
-        cdef pycudadrv_driver_api* d
         cdef Stream fs, u
         cdef Capture c
-        cdef CUresult r
+        cdef _DeferredFree rec
         if not self._owned or self._ptr == 0:
             return 0
         if self._holds > 0 or (self._cai_exported and not in_dealloc):
@@ -315,37 +317,17 @@ cdef class Buffer:
                 if u._capture is not None:
                     c = u._capture
                     break
-        if c is not None and not in_dealloc:
-            self._free_pending = True
-            c.defer(self)
-            return 0
-        ptr = self._ptr
+        rec = _DeferredFree.__new__(_DeferredFree)
+        rec.ptr, rec.device, rec.alloc_stream, rec.free_stream = self._ptr, self.device, self._stream, fs
+        rec.users = self._users
         self._ptr = 0
         self._owned = False
         self._free_pending = False
-        d = driver()
-        self.device.activate()
-        if fs is None:
-            r = d.p_cuMemFree(ptr)
-            call = b"cuMemFree"
-        else:
-            try:
-                if fs is not self._stream:
-                    order_after(fs, self._stream)
-                for u in (self._users or ()):
-                    order_after(fs, u)
-            except Exception:
-                if raise_errors:
-                    raise
-            self.device.activate()
-            r = d.p_cuMemFreeAsync(ptr, fs._handle)
-            call = b"cuMemFreeAsync"
         self._users = None
-        if raise_errors:
-            check(r, call)
-        elif r != CUDA_SUCCESS:
-            warn_dealloc_failure("Buffer", make_error(r, call.decode()))
-        return 0
+        if c is not None:
+            c.defer(rec)              # freed when the capture ends, in the same order
+            return 0
+        return rec.free(raise_errors)
 
     @property
     def ptr(self):
@@ -714,88 +696,3 @@ cdef class Buffer:
             return f"<Buffer closed, {self._nbytes} bytes>"
         meta = f", dtype={self._dtype}, shape={self._shape}" if self._dtype is not None else ""
         return f"<Buffer 0x{self._ptr:x}, {self._nbytes} bytes{meta}, device {self.device.ordinal}, {kind}>"
-
-
-cdef Buffer _wrap_foreign(object owner, uint64_t ptr, size_t nbytes, object dt, tuple shape, Device dev):
-    cdef Buffer b = Buffer.__new__(Buffer)
-    b.device = dev
-    b._stream = <Stream>dev.default_stream
-    b._root = b
-    b._owner = owner
-    b._ptr = <CUdeviceptr>ptr
-    b._nbytes = nbytes
-    b._dtype = dt
-    b._shape = shape
-    return b
-
-
-cdef Buffer _from_dlpack(obj, device):
-    cdef Device dev = as_device(device)
-    try:
-        dl_dev = obj.__dlpack_device__()
-    except AttributeError:
-        dl_dev = None
-    if dl_dev is not None and int(dl_dev[0]) not in (KDL_CUDA, KDL_CUDA_MANAGED):
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__} lives on DLPack device {tuple(dl_dev)}, not CUDA")
-    if dl_dev is not None and device is None:
-        dev = get_device(int(dl_dev[1]))
-    capsule = obj.__dlpack__(stream=int(<uintptr_t>(<Stream>dev.default_stream)._handle))
-    owner, ptr, dev_type, dev_id, dt, shape, strides = import_capsule(capsule, obj)
-    if dev_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
-        raise ArgumentTypeError(f"asbuffer: DLPack tensor on device type {dev_type}, not CUDA")
-    count = 1
-    for s in shape:
-        count *= s
-    if strides is not None and count > 1:
-        expect = 1
-        for k in reversed(range(len(shape))):
-            if shape[k] != 1 and strides[k] != expect:
-                raise ArgumentTypeError(f"asbuffer: non-contiguous DLPack tensor (shape {shape}, strides "
-                                        f"{strides} in elements); make it contiguous first (e.g. "
-                                        "x.contiguous() in PyTorch, jnp.copy / cupy.ascontiguousarray)")
-            expect *= shape[k]
-    return _wrap_foreign(owner, ptr, count * dt.itemsize, dt, shape, get_device(dev_id))
-
-
-def asbuffer(obj, *, device=None):
-    """Wrap a device array from another library as a Buffer, zero-copy,
-    keeping it alive: anything exporting ``__cuda_array_interface__`` (CuPy,
-    PyTorch, Numba) or ``__dlpack__`` (PyTorch, JAX, CuPy, ...).
-
-    The data must be C-contiguous; the buffer records the object's dtype and
-    shape. With CAI v3 the producer's stream is made to precede this device's
-    default stream; with DLPack the producer orders its pending work itself.
-
-    Raises
-    ------
-    ArgumentTypeError
-        ``obj`` exports neither protocol, lives on the host, or is not
-        C-contiguous (strided memory is never treated as contiguous).
-    """
-    if isinstance(obj, Buffer):
-        return obj
-    cai = getattr(obj, "__cuda_array_interface__", None)
-    if cai is None:
-        if hasattr(obj, "__dlpack__"):
-            return _from_dlpack(obj, device)
-        raise ArgumentTypeError(f"{type(obj).__name__} exports neither __cuda_array_interface__ nor __dlpack__")
-    try:
-        ptr = cai_data_pointer(cai)
-    except ArgumentValueError as e:
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: {e}") from e
-    dt = np.dtype(cai.get("descr", cai["typestr"])) if "descr" in cai and len(cai["descr"]) > 1 \
-        else np.dtype(cai["typestr"])
-    shape = tuple(cai["shape"])
-    if not cai_is_contiguous(cai):
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__} is not C-contiguous (shape {shape}, strides "
-                                f"{tuple(cai['strides'])} in bytes); make it contiguous first (e.g. "
-                                "x.contiguous() in PyTorch, cupy.ascontiguousarray(x))")
-    cdef Device dev = as_device(device)
-    count = 1
-    for s in shape:
-        count *= s
-    cdef Buffer b = _wrap_foreign(obj, ptr, count * dt.itemsize, dt, shape, dev)
-    producer_stream = cai.get("stream")
-    if producer_stream:  # CAI v3: order the producer's pending work before ours
-        order_after(b._stream, Stream.from_handle(int(producer_stream), dev))
-    return b

@@ -1,14 +1,19 @@
 """Modules: loading PTX/CUBIN/fatbin images through a per-context cache keyed
 by the FNV-1a 64-bit hash of the image bytes, and looking up functions."""
-from typing import Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
+
+from numpy.typing import DTypeLike
 
 from _typeshed import ReadableBuffer
 from typing_extensions import disjoint_base
 
 from pycudadrv._device import Device
 from pycudadrv._launch import Function, _Signature
+from pycudadrv._memory import Buffer
 from pycudadrv._stream import _DeviceLike
 from pycudadrv.nvrtc import ObjectCode
+
+__all__ = ['Module', 'load_module', 'clear_module_cache', 'module_cache_size', 'image_kind']
 
 _ImageKind: TypeAlias = Literal["cubin", "fatbin", "ptx"]
 
@@ -22,6 +27,7 @@ def load_module(
     *,
     device: _DeviceLike | None = None,
     ptx: str | bytes | None = None,
+    source_decls: dict[str, Any] | None = None,
 ) -> Module: ...
 def clear_module_cache() -> None: ...
 def module_cache_size() -> int: ...
@@ -32,7 +38,7 @@ class Module:
 
     #: Name expression -> lowered (mangled) name, from ``compile(..., name_expressions=...)``.
     lowered_names: dict[str, str]
-    # Always raises TypeError: objects come from ``load_module`` or ``compile(...).load()``.
+    # Always raises ArgumentTypeError: objects come from ``load_module`` or ``compile(...).load()``.
     def __init__(self, *args: object, **kwargs: object) -> None: ...
     @property
     def device(self) -> Device: ...
@@ -42,6 +48,10 @@ class Module:
     def hash(self) -> int: ...
     @property
     def handle(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
     def function_names(self) -> list[str] | None: ...
+    def global_names(self) -> list[str] | None: ...
+    def get_global(self, name: str, dtype: DTypeLike | None = None) -> Buffer: ...
     def function(self, name: str, signature: _Signature | None = None) -> Function: ...
     def unload(self) -> None: ...

@@ -359,6 +359,8 @@ cdef class Module:
                     break
                 info.append((off, size))
                 i += 1
+            if r != CUDA_ERROR_INVALID_VALUE:
+                info = None     # not "index past the last parameter": the driver could not tell
         base, src = None, "unknown"
         ptx_layout = None if self.ptx_layouts is None else self.ptx_layouts.get(name)
         if ptx_layout is not None and (info is None or [(p.offset, p.size) for p in ptx_layout] == info):

@@ -98,6 +98,13 @@ cdef class PreparedLaunch:
     cdef int _launch(self) except -1:
         cdef Function fn = self.fn
         cdef LaunchConfig c = self.config
+        self._launch_checks()
+        fn.device.activate()
+        issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held, False)
+        return 0
+
+    cdef inline int _launch_checks(self) except -1:
+        cdef Function fn = self.fn
         cdef Buffer b
         cdef object o
         if fn is None:
@@ -112,9 +119,25 @@ cdef class PreparedLaunch:
                 self._check_bound()
         if self._stream._closed:
             self._stream.ensure_open()
-        fn.device.activate()
-        issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held, False)
         return 0
+
+    cdef uintptr_t _launch_updatable(self) except? 1:
+        """Launch (during a capture) as a device-updatable kernel node; returns
+        its device node handle for cudaGraphKernelNodeSetGridDim & co."""
+        cdef Function fn = self.fn
+        cdef LaunchConfig c = self.config
+        self._launch_checks()
+        fn.device.activate()
+        return issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c,
+                            self._held, True)
+
+    def _launch_device_updatable(self):
+        """Capture this launch as a device-updatable kernel node; returns the
+        device node handle (an int) that kernels of the same graph pass to
+        ``cudaGraphKernelNodeSetGridDim`` / ``cudaGraphKernelNodeSetEnabled``.
+
+        Raises StateError outside a capture of the stream."""
+        return self._launch_updatable()
 
     cdef int _ensure_scratch(self) except -1:
         cdef int k
@@ -150,6 +173,35 @@ cdef class PreparedLaunch:
     def launch(self):
         """Launch with the arguments bound now (``cuLaunchKernel``)."""
         self._launch()
+
+    def launch_on(self, stream not None):
+        """Launch once, with the arguments bound now, on ``stream`` instead of
+        the bound one (``cuLaunchKernel``), for schedulers that pick the stream
+        per launch (:class:`pycudadrv.Queue`, :mod:`pycudadrv.aio`). ``stream``
+        is noted as a user of every bound Buffer, so their frees wait for it.
+
+        Raises ArgumentValueError for a stream of another device, and as
+        :meth:`launch`."""
+        cdef Function fn = self.fn
+        cdef Stream s
+        cdef object o
+        if fn is None:
+            raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
+        s = resolve_stream(stream, fn.device)
+        s.ensure_open()
+        if s.device is not None and s.device.ordinal != fn.device.ordinal:
+            raise ArgumentValueError(f"kernel '{fn.name}' lives on device {fn.device.ordinal}; launch_on was given "
+                                     f"a stream of device {s.device.ordinal}")
+        if self._held is None:
+            raise ArgumentTypeError(f"kernel '{fn.name}': no arguments bound yet; call p(*args) first")
+        if fn._module_life.ended:
+            fn.ensure_loaded()
+        self._check_bound()
+        for o in self._watch:
+            (<Buffer>o).note_use(s)
+        fn.device.activate()
+        issue_launch(fn, self.config.grid, self.config.block, self.config.shared_mem_bytes, s, self.kernel_params,
+                     self.config, self._held, False)
 
     def launch_timed_ns(self):
         """Drain every stream of the device, launch alone between two events,

@@ -254,6 +254,10 @@ _STD_SUBS = {"St": "std", "Sa": "std::allocator", "Sb": "std::basic_string", "Ss
              "Si": "std::istream", "So": "std::ostream", "Sd": "std::iostream"}
 
 
+class _Unreadable(ArgumentValueError):
+    """A mangled name this reader does not know (never escapes mangled_params)."""
+
+
 class _Demangler:
     """Just enough of the Itanium C++ ABI to read a kernel's parameter types:
     builtins, pointers, cv-qualifiers, named types, nested names, template
@@ -267,13 +271,13 @@ class _Demangler:
 
     def eat(self, tok):
         if not self.s.startswith(tok, self.i):
-            raise ValueError(f"expected {tok!r} at {self.i}")
+            raise _Unreadable(f"expected {tok!r} at {self.i}")
         self.i += len(tok)
 
     def number(self):
         m = re.match(r"\d+", self.s[self.i:])
         if not m:
-            raise ValueError(f"expected a number at {self.i}")
+            raise _Unreadable(f"expected a number at {self.i}")
         self.i += len(m.group())
         return int(m.group())
 
@@ -281,7 +285,7 @@ class _Demangler:
         n = self.number()
         name = self.s[self.i:self.i + n]
         if len(name) != n:
-            raise ValueError("truncated name")
+            raise _Unreadable("truncated name")
         self.i += n
         return name
 
@@ -299,14 +303,14 @@ class _Demangler:
         self.eat("S")
         k = self.seq_id()
         if k >= len(self.subs):
-            raise ValueError(f"substitution S{k} beyond the table")
+            raise _Unreadable(f"substitution S{k} beyond the table")
         return self.subs[k]
 
     def template_param(self):
         self.eat("T")
         k = self.seq_id()
         if k >= len(self.targs):
-            raise ValueError(f"template parameter T{k} unknown")
+            raise _Unreadable(f"template parameter T{k} unknown")
         return self.targs[k]
 
     def template_args(self):
@@ -321,7 +325,7 @@ class _Demangler:
                 self.eat("E")
                 args.append(("literal",))
             elif self.peek() == "X":
-                raise ValueError("expression template arguments")
+                raise _Unreadable("expression template arguments")
             elif self.peek() == "J":    # an argument pack
                 self.i += 1
                 while self.peek() != "E":
@@ -335,7 +339,7 @@ class _Demangler:
     def unqualified(self):
         if self.peek().isdigit():
             return self.source_name()
-        raise ValueError(f"unsupported name component at {self.i}")
+        raise _Unreadable(f"unsupported name component at {self.i}")
 
     def name(self):
         """The function's name; returns whether it is a template (its return type comes first)."""
@@ -431,7 +435,7 @@ class _Demangler:
                 t = ("named", t[1] + "<...>")
                 self.subs.append(t)
             return t
-        raise ValueError(f"unsupported type code {c!r} at {self.i}")
+        raise _Unreadable(f"unsupported type code {c!r} at {self.i}")
 
 
 def _describe_mangled(t):
@@ -457,7 +461,7 @@ def _describe_mangled(t):
         return (BYTES, None, None, None)    # a struct: its size comes from PTX or the driver
     if t[0] == "literal":
         return None
-    raise ValueError(f"unsupported parameter type {t!r}")
+    raise _Unreadable(f"unsupported parameter type {t!r}")
 
 
 def mangled_params(name: str):
@@ -481,7 +485,7 @@ def mangled_params(name: str):
         if params == [("builtin", "v")]:
             params = []
         return [_describe_mangled(p) for p in params]
-    except (ValueError, KeyError, IndexError):
+    except (_Unreadable, KeyError, IndexError):
         return None
 
 

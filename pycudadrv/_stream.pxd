@@ -18,6 +18,7 @@ cdef class Event:
     cdef readonly bint timing
     cdef bint _recorded
     cdef bint _closed
+    cdef _check_usable(self, str what)
 
 # The state of one stream capture in progress: what the graph must keep alive,
 # which kernels were launched (and their graph nodes), the frees and host work
@@ -37,6 +38,7 @@ cdef class Capture:
     cdef list _deferred              # objects whose _release_deferred() runs when the capture ends
     cdef list _allocations           # Buffers allocated inside: their _free_in_capture() runs at end
     cdef CUgraph _target             # the graph captured into (cuStreamBeginCaptureToGraph), or NULL
+    cdef readonly list finalizers    # callables f(graph) run after the capture ends, before instantiation
 
     cdef int hold(self, object obj) except -1
     cdef int hold_all(self, tuple objs) except -1

@@ -228,6 +228,11 @@ cdef class Stream:
         """Whether pycudadrv is capturing this stream into a graph right now."""
         return self._capture is not None
 
+    @property
+    def capture_state(self):
+        """The :class:`Capture` in progress on this stream, or None."""
+        return self._capture
+
     def __cuda_stream__(self):
         return (0, <uintptr_t>self._handle)
 
@@ -320,6 +325,15 @@ cdef class Stream:
         """
         from pycudadrv._graph import CapturedGraph
         return CapturedGraph(self, mode, pdl=pdl)
+
+    def loop(self, mode="thread_local", *, bint pdl=False, times=None, until=None, max_iterations=None):
+        """A device-side loop: ``with stream.loop(times=N) as loop:`` (or
+        ``until=pycudadrv.when(buf, "<", tol), max_iterations=M``) captures the
+        body once; ``loop.launch()`` then repeats it on the GPU through a
+        conditional WHILE node, with no host round trip between iterations.
+        See :class:`pycudadrv.DeviceLoop`."""
+        from pycudadrv._loops import DeviceLoop
+        return DeviceLoop(self, mode, pdl=pdl, times=times, until=until, max_iterations=max_iterations)
 
     def close(self):
         """Destroy an owned stream (``cuStreamDestroy``); queued work still completes.
@@ -425,15 +439,18 @@ cdef class Event:
         """Whether :meth:`close` was called."""
         return self._closed
 
+    cdef _check_usable(self, str what):
+        if self._closed:
+            raise ClosedError(f"event.{what}(): the event is closed")
+        if not self._recorded:
+            raise EventNotRecordedError(f"event.{what}(): the event was never recorded; call event.record(stream) first")
+        check_not_capturing(None, f"{what} an event")
+
     def query(self):
         """True if the work before the event has completed; never blocks (``cuEventQuery``).
 
         Raises StateError if the event was never recorded."""
-        if self._closed:
-            raise ClosedError("event is closed")
-        if not self._recorded:
-            raise EventNotRecordedError("event.query(): the event was never recorded; call event.record(stream) first")
-        check_not_capturing(None, "query an event")
+        self._check_usable("query")
         self.device.activate()
         cdef CUresult r = driver().p_cuEventQuery(self._handle)
         if r == CUDA_ERROR_NOT_READY:
@@ -445,11 +462,7 @@ cdef class Event:
         """Block until the work before the event has completed (``cuEventSynchronize``).
 
         Raises StateError if the event was never recorded."""
-        if self._closed:
-            raise ClosedError("event is closed")
-        if not self._recorded:
-            raise EventNotRecordedError("event.synchronize(): the event was never recorded; call event.record(stream) first")
-        check_not_capturing(None, "synchronize an event")
+        self._check_usable("synchronize")
         cdef pycudadrv_driver_api* d = driver()
         self.device.activate()
         with nogil:
@@ -473,8 +486,7 @@ cdef class Event:
             if not (<Event>ev)._recorded:
                 raise EventNotRecordedError(f"elapsed_ms: {name} event never recorded; record both events first")
             if not (<Event>ev).timing:
-                raise ArgumentValueError(f"elapsed_ms: {name} event created without timing (Event(timing=False)); "
-                                 "create it with timing=True to measure time")
+                raise ArgumentValueError(f"elapsed_ms: {name} event created with timing=False; create it with timing=True")
         if wait:
             end.synchronize()
         elif not end.query():
@@ -482,6 +494,22 @@ cdef class Event:
         cdef float ms = 0
         check(driver().p_cuEventElapsedTime(&ms, start._handle, end._handle), "cuEventElapsedTime")
         return ms
+
+    @staticmethod
+    def elapsed_ms_pairs(list starts not None, list ends not None):
+        """Milliseconds from ``starts[k]`` to ``ends[k]`` for each k, one ``cuEventElapsedTime`` each (many timed
+        passes read at once); raises as :meth:`elapsed_ms`, ArgumentValueError for lists of unequal length."""
+        cdef float ms = 0
+        out = []
+        if len(starts) != len(ends):
+            raise ArgumentValueError(f"Event.elapsed_ms_pairs: {len(starts)} start events but {len(ends)} end events")
+        for a, b in zip(starts, ends):
+            if not (type(a) is Event is type(b) and (<Event>a)._recorded and (<Event>b)._recorded and (<Event>a).timing
+                    and (<Event>b).timing and not (<Event>a)._closed and not (<Event>b)._closed):
+                Event.elapsed_ms(a, b, False)        # raises the error that applies
+            check(driver().p_cuEventElapsedTime(&ms, (<Event>a)._handle, (<Event>b)._handle), "cuEventElapsedTime")
+            out.append(ms)
+        return out
 
     def __sub__(self, other):
         if not isinstance(self, Event) or not isinstance(other, Event):
@@ -544,6 +572,7 @@ cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target):
     c.kernels = []
     c._deferred = []
     c._allocations = []
+    c.finalizers = []
     c._target = target
     stream.device.activate()
     if target != NULL:
@@ -652,6 +681,18 @@ cdef class Capture:
     def active(self):
         """Whether the capture is still in progress."""
         return self._active
+
+    def add_finalizer(self, fn):
+        """Run ``fn(graph)`` once the capture has ended, before the graph is
+        instantiated (used to patch captured nodes, e.g. for GPU-driven
+        indirect dispatch)."""
+        if not callable(fn):
+            raise ArgumentTypeError(f"add_finalizer: expected a callable, got {type(fn).__name__}")
+        self.finalizers.append(fn)
+
+    def last_kernel_node(self):
+        """The graph node (as int) of the last kernel launch captured, or None."""
+        return self.kernels[-1][0] if self.kernels else None
 
     def __repr__(self):
         state = "active" if self._active else "ended"

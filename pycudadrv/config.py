@@ -32,12 +32,16 @@ OTHER_VARIABLES = {
     "XDG_CACHE_HOME": "base of the default compile-cache directory",
 }
 
-#: Optional pycudadrv modules reported under "Optional libraries": (title, candidate module names).
-#: A module is probed only when it exists in this installation; it may provide ``is_available()``,
-#: ``version()`` and ``library_path()`` (each optional; a failure is reported, never raised).
-OPTIONAL_MODULES = [
-    ("nvJitLink", ("pycudadrv.nvjitlink", "pycudadrv.link", "pycudadrv.linker")),
-    ("cuDNN", ("pycudadrv.cudnn",)),
+#: Optional libraries reported under "optional libraries": (title, pycudadrv module, probes, library
+#: file stem). A module is probed only when it exists in this installation; ``probes`` maps
+#: ``is_available`` / ``version`` / ``library_path`` / ``unavailable_reason`` to the module's function
+#: of that job (each optional; a failure is reported, never raised). Without a ``library_path``
+#: function, the path is that of the mapped library whose name starts with the stem.
+OPTIONAL_MODULES: list[tuple[str, str, dict[str, str], str]] = [
+    ("nvJitLink", "pycudadrv.link", {"version": "nvjitlink_version"}, "libnvJitLink"),
+    ("nvFatbin", "pycudadrv.link", {"version": "nvfatbin_version"}, "libnvfatbin"),
+    ("cuDNN", "pycudadrv.cudnn", {"is_available": "is_available", "unavailable_reason": "unavailable_reason",
+                                  "version": "version", "library_path": "library_path"}, "libcudnn"),
 ]
 
 
@@ -181,16 +185,22 @@ def _cache() -> dict[str, Any]:
     if d is None:
         return {"enabled": False, "directory": None}
     info: dict[str, Any] = {"enabled": True, "directory": d, "exists": os.path.isdir(d)}
+    try:
+        from pycudadrv import _compile_cache
+
+        info["max_bytes"] = int(_compile_cache.cache_max_bytes())
+        counted = _compile_cache.cache_size() if info["exists"] else (0, 0)
+    except (ImportError, AttributeError):   # an older layout: count every file
+        counted = _dir_usage(d) if info["exists"] else (0, 0)
     if info["exists"]:
-        info["files"], info["bytes"] = _dir_usage(d)
+        info["files"], info["bytes"] = int(counted[0]), int(counted[1])
     return info
 
 
 def _optional() -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
-    for title, names in OPTIONAL_MODULES:
-        name = next((n for n in names if _has_module(n)), None)
-        if name is None:
+    for title, name, probes, stem in OPTIONAL_MODULES:
+        if not _has_module(name):
             out.append({"name": title, "module": None})
             continue
         entry: dict[str, Any] = {"name": title, "module": name}
@@ -200,9 +210,11 @@ def _optional() -> list[dict[str, Any]]:
             entry["error"] = _why(e)
             out.append(entry)
             continue
-        for key in ("is_available", "version", "library_path"):
-            fn = getattr(mod, key, None)
+        for key in ("is_available", "unavailable_reason", "version", "library_path"):
+            fn = getattr(mod, probes.get(key, "-"), None)
             if not callable(fn):
+                continue
+            if key == "unavailable_reason" and entry.get("is_available") is not False:
                 continue
             try:
                 value = fn()
@@ -211,6 +223,10 @@ def _optional() -> list[dict[str, Any]]:
                 entry.setdefault("error", _why(e))
             else:
                 entry[key] = _version_text(value) if key == "version" else value
+        if "library_path" not in probes and "error" not in entry:
+            path = _mapped_path(stem + ".so")
+            if path:
+                entry["library_path"] = path
         out.append(entry)
     from pycudadrv import nvtx
 
@@ -300,7 +316,9 @@ def _format(info: dict[str, Any]) -> str:
     elif not cache["exists"]:
         lines.append(f"compile cache: {cache['directory']} (not created yet)")
     else:
-        lines.append(f"compile cache: {cache['directory']} ({cache['files']} files, {_size_text(cache['bytes'])})")
+        limit = f"; limit {_size_text(cache['max_bytes'])}" if cache.get("max_bytes") else ""
+        lines.append(f"compile cache: {cache['directory']} ({cache['files']} entries, {_size_text(cache['bytes'])}"
+                     f"{limit})")
     lines.append("optional libraries:")
     for o in info["optional"]:
         if o["name"] == "NVTX":
@@ -315,6 +333,8 @@ def _format(info: dict[str, Any]) -> str:
             parts = []
             if "is_available" in o:
                 parts.append("available" if o["is_available"] else "unavailable")
+            if o.get("unavailable_reason"):
+                parts.append(str(o["unavailable_reason"]))
             if o.get("version"):
                 parts.append(f"version {o['version']}")
             if o.get("library_path"):

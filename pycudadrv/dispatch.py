@@ -20,13 +20,23 @@ A kernel dispatched through :class:`Dispatch` receives, in this order:
    for an indirect one, where ``indirect[0..2]`` are the workgroup counts in
    x, y, z.
 
-CUDA has no device-side indirect launch, so an indirect dispatch launches a
-fixed number of resident blocks (multiprocessor count x 16 by default;
-``PYCUDADRV_PERSISTENT_BLOCKS`` or ``persistent_blocks=`` overrides it) and
-the kernel loops over the virtual workgroups. With
-``PYCUDADRV_INDIRECT_SYNC=1`` (a debug mode) the three counts are read back
-to the host and the exact grid is launched as a direct dispatch instead.
-A kernel written to this convention handles both::
+An indirect dispatch runs one of three ways:
+
+* inside a graph capture (CUDA 12.4+ driver), GPU-driven: a one-thread
+  pycudadrv kernel reads the three counts and sets the exact grid of the
+  dispatch's kernel node on the device (``cudaGraphKernelNodeSetGridDim``, a
+  device-updatable kernel node; a zero count disables the node for that
+  replay), so the kernel runs as a direct dispatch of the right grid with no
+  host read-back and no persistent loop;
+* outside a capture (or where the driver cannot update nodes), persistent: a
+  fixed number of resident blocks (multiprocessor count x 16 by default;
+  ``PYCUDADRV_PERSISTENT_BLOCKS`` or ``persistent_blocks=`` overrides it) and
+  the kernel loops over the virtual workgroups;
+* with ``PYCUDADRV_INDIRECT_SYNC=1`` (a debug mode) the three counts are read
+  back to the host and the exact grid is launched as a direct dispatch.
+
+``PYCUDADRV_INDIRECT_TRACE=1`` prints the kernel of every indirect dispatch.
+A kernel written to this convention handles all three::
 
     extern "C" __global__ void k(float* out, unsigned long long out_len,
                                  const float* in, unsigned long long in_len,
@@ -47,73 +57,110 @@ A kernel written to this convention handles both::
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+import sys
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Iterator
 
 import numpy as np
 
+from pycudadrv._env import env_flag, env_int
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
+from pycudadrv._kernel import dims3
 from pycudadrv._memory import Buffer
-
-if TYPE_CHECKING:
-    from pycudadrv._device import Device
-    from pycudadrv._launch import Function
-    from pycudadrv._stream import Event, Stream
-    from pycudadrv.timestamps import Timestamps
+from pycudadrv._sequence import DispatchBase
 
 __all__ = ["Encoder", "Pass", "Dispatch", "encoder"]
 
 _KINDS = ("storage", "uniform")
+#: How an indirect dispatch runs: "auto" (GPU-driven inside a capture where the driver can, else
+#: persistent), "device" (GPU-driven, or an error), "persistent" (always persistent blocks).
+_INDIRECT_MODES = ("auto", "device", "persistent")
 
 
-def _dims(v, what):
-    if v is None:
-        return None
-    if isinstance(v, (int, np.integer)):
-        v = (int(v),)
-    v = tuple(int(x) for x in v)
-    if not 1 <= len(v) <= 3 or any(x < 0 for x in v):
-        raise ValueError(f"{what} must be 1 to 3 non-negative ints, got {v!r}")
-    return v + (1,) * (3 - len(v))
+def _dims(v: Any, what: str) -> tuple[int, int, int] | None:
+    return None if v is None else dims3(v, what, True)
 
 
-class Dispatch:
+def _persistent_blocks(fn: Any, override: int | None) -> int:
+    if override:
+        return int(override)
+    n = env_int("PYCUDADRV_PERSISTENT_BLOCKS", None, minimum=1)   # an invalid value warns once
+    return int(n) if n else fn.device.multiprocessor_count * 16
+
+
+def _device_indirect_supported(stream: Any) -> bool:
+    from pycudadrv._driver import driver_version
+
+    return stream.capturing and driver_version() >= (12, 4)
+
+
+class Dispatch(DispatchBase):
     """A kernel plus its bindings and push constants; :meth:`dispatch` launches it.
 
     Made by :meth:`Pass.dispatch`. The launch goes through a prepared launch
-    cached per grid, so an unchanged dispatch re-marshals nothing.
+    cached per grid, so an unchanged dispatch re-marshals nothing; a grid seen
+    before goes to it in C (:class:`pycudadrv._sequence.DispatchBase`).
     """
 
-    def __init__(self, pass_: Pass, function: Function, block: int | tuple[int, ...] = (64, 1, 1),
-                 persistent_blocks: int | None = None) -> None:
+    def __init__(self, pass_: Pass, function: Any, block: Any = (64, 1, 1), persistent_blocks: int | None = None,
+                 indirect_mode: str = "auto"):
+        if indirect_mode not in _INDIRECT_MODES:
+            raise ArgumentValueError(f"indirect_mode must be one of {_INDIRECT_MODES}, got {indirect_mode!r}")
+        self.indirect_mode = indirect_mode
         self._pass = pass_
         self.function = function
         self.block = _dims(block, "block")
-        self._bindings = {}
-        self._push = ()
-        self._prepared = {}
-        self._by_grid = {}  # the grid as the caller passed it -> PreparedLaunch
+        self._bindings: dict[tuple[int, int], tuple[Buffer, str]] = {}
+        self._push: tuple = ()
+        self._prepared: dict = {}
         self.persistent_blocks = persistent_blocks
+        self._update_kernel = None
+        self._prepare_device_indirect()
+
+    def _prepare_device_indirect(self) -> None:
+        """Load the update kernel of GPU-driven indirect dispatch now, outside any
+        capture (a module load has no place inside one). A failure here only
+        defers the load (and its error) to the first indirect dispatch in a capture."""
+        stream = self._pass.encoder.stream
+        if stream.capturing:
+            return
+        try:
+            from pycudadrv._driver import driver_version
+
+            if driver_version() >= (12, 4):
+                self._indirect_update_kernel()
+        except Exception:  # noqa: BLE001 -- see the docstring
+            pass
+
+    def _indirect_update_kernel(self) -> Any:
+        """pycudadrv's update kernel for GPU-driven indirect dispatch, loaded
+        outside any capture (a module load has no place inside one)."""
+        if self._update_kernel is None:
+            from pycudadrv._loops import loop_kernel
+
+            self._update_kernel = loop_kernel(self.function.device, "pycudadrv_indirect_update")
+        return self._update_kernel
 
     # -- bindings ----------------------------------------------------------------------
-    def set_arg(self, slot: tuple[int, int], buffer: Buffer, kind: Literal["storage", "uniform"] = "storage"
-                ) -> Dispatch:
+    def set_arg(self, slot: tuple[int, int], buffer: Buffer, kind: str = "storage") -> Dispatch:
         """Bind ``buffer`` (a Buffer or a slice of one) at ``slot = (space, index)``.
 
         ``kind="storage"`` passes (pointer, byte length as u64); ``"uniform"``
-        passes the pointer only. Raises TypeError for a non-Buffer and
-        ValueError for a bad slot or kind."""
+        passes the pointer only. Raises ArgumentTypeError for a non-Buffer and
+        ArgumentValueError for a bad slot or kind; nothing changes then."""
         if kind not in _KINDS:
-            raise ValueError(f"binding kind must be 'storage' or 'uniform', got {kind!r}")
+            raise ArgumentValueError(f"binding kind must be 'storage' or 'uniform', got {kind!r}")
         if not isinstance(buffer, Buffer):
-            raise TypeError(f"binding {slot!r}: expected a pycudadrv Buffer (or slice), got {type(buffer).__name__}")
+            raise ArgumentTypeError(f"binding {slot!r}: expected a pycudadrv Buffer (or slice), got "
+                                    f"{type(buffer).__name__}")
         if (not isinstance(slot, tuple) or len(slot) != 2 or
-                not all(isinstance(x, (int, np.integer)) and x >= 0 for x in slot)):
-            raise ValueError(f"binding slot must be (space, index) of non-negative ints, got {slot!r}")
+                not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in slot)):
+            raise ArgumentValueError(f"binding slot must be (space, index) of non-negative ints, got {slot!r}")
+        if buffer.closed:
+            buffer.ptr  # raises ClosedError naming why
         self._bindings[(int(slot[0]), int(slot[1]))] = (buffer, kind)
         self._prepared.clear()
-        self._by_grid.clear()
+        self._clear_grid_cache()
         return self
 
     def set_push_constants(self, data: Any) -> Dispatch:
@@ -123,12 +170,12 @@ class Dispatch:
         raw += b"\0" * (-len(raw) % 8)
         self._push = tuple(np.frombuffer(raw, dtype=np.uint64)) if raw else ()
         self._prepared.clear()
-        self._by_grid.clear()
+        self._clear_grid_cache()
         return self
 
-    def arguments(self, indirect: Buffer | None = None) -> list[Any]:
+    def arguments(self, indirect: Buffer | None = None) -> list:
         """The kernel arguments in convention order (see the module docstring)."""
-        args = []
+        args: list = []
         for slot in sorted(self._bindings):
             buf, kind = self._bindings[slot]
             args.append(buf)
@@ -142,67 +189,83 @@ class Dispatch:
         return args
 
     # -- launching ---------------------------------------------------------------------
-    def _launch(self, grid, indirect):
+    def _prepared_for(self, grid: tuple, indirect: Buffer | None) -> Any:
         key = (grid, indirect is not None, None if indirect is None else indirect.ptr)
         p = self._prepared.get(key)
         if p is None:
             p = self.function.bind(grid, self.block, *self.arguments(indirect), stream=self._pass.encoder.stream)
             self._prepared[key] = p
-        p.launch()
+        return p
 
-    def dispatch(self, grid: int | tuple[int, ...] | None = None, *, threads: int | tuple[int, ...] | None = None,
-                 indirect: Buffer | None = None) -> None:
-        """Launch. Exactly one of:
+    def _device_indirect(self, indirect: Buffer) -> None:
+        """GPU-driven indirect dispatch inside a capture: an update kernel sets
+        the exact grid of a device-updatable node of this dispatch's kernel."""
+        from pycudadrv._loops import patch_kernel_node
 
-        * ``grid=(x, y, z)`` workgroups (blocks);
-        * ``threads=(x, y, z)``: the grid is the ceiling of threads / block;
-        * ``indirect=buffer``: three u32 workgroup counts on the device.
+        stream = self._pass.encoder.stream
+        dev = self.function.device
+        upd = self._indirect_update_kernel()
+        limits = tuple(np.uint32(dev.attribute(f"max_grid_dim_{a}")) for a in "xyz")
+        upd.launch(1, 1, np.uint64(0), indirect, *limits, stream=stream)
+        cap = stream.capture_state
+        node = cap.last_kernel_node()
+        p = self._prepared_for((1, 1, 1), None)
+        devnode = p._launch_device_updatable()
+        if node is None:
+            raise ArgumentValueError("indirect dispatch in a capture: the update kernel's graph node was not "
+                                     "identified (needs a CUDA 12.3+ driver and a linear capture)")
+        args = (np.uint64(devnode), indirect, *limits)
+        cap.add_finalizer(lambda g: patch_kernel_node(g, node, upd, (1, 1, 1), (1, 1, 1), 0, args))
 
-        A zero-size grid or an empty indirect buffer is a no-op. Raises
-        ValueError when none or several are given, or the indirect buffer is
-        not 0 or at least 12 bytes."""
-        if threads is None and indirect is None:
-            # Fast path: a grid seen before (as the same hashable value) -> its prepared launch.
-            try:
-                p = self._by_grid.get(grid)
-            except TypeError:  # unhashable (a list): take the slow path
-                p = None
-            if p is not None:
-                p.launch()
-                return
+    # dispatch(grid=None, *, threads=None, indirect=None) is DispatchBase.dispatch (in C): a grid
+    # seen before launches its prepared launch directly; every other call comes here.
+    def _dispatch(self, grid: Any, threads: Any, indirect: Buffer | None) -> None:
         if sum(x is not None for x in (grid, threads, indirect)) != 1:
-            raise ValueError("give exactly one of grid=, threads= or indirect=")
+            raise ArgumentValueError("give exactly one of grid=, threads= or indirect=")
         if indirect is not None:
-            if not isinstance(indirect, Buffer):
-                raise TypeError(f"indirect must be a Buffer of three u32, got {type(indirect).__name__}")
-            if indirect.nbytes == 0:
-                return
-            if indirect.nbytes < 12:
-                raise ValueError(f"indirect buffer must hold three u32 counts (12 bytes), has {indirect.nbytes}")
-            if os.environ.get("PYCUDADRV_INDIRECT_SYNC", "").strip().lower() not in ("", "0", "false", "no", "off"):
-                raw = indirect.read(nbytes=12, stream=self._pass.encoder.stream)
-                counts = np.frombuffer(raw.tobytes(), dtype=np.uint32)
-                g = tuple(int(c) for c in counts)
-                if 0 in g:
-                    return
-                self._launch(g, None)
-                return
-            n = self.persistent_blocks or int(os.environ.get("PYCUDADRV_PERSISTENT_BLOCKS", 0)) or \
-                self.function.device.multiprocessor_count * 16
-            self._launch((int(n), 1, 1), indirect)
+            self._dispatch_indirect(indirect)
             return
         if threads is not None:
-            t = _dims(threads, "threads")
+            t = dims3(threads, "threads", True)
             g = tuple(-(-t[k] // self.block[k]) for k in range(3))
         else:
-            g = _dims(grid, "grid")
+            g = dims3(grid, "grid", True)
         if 0 in g:
             return
-        self._launch(g, None)
+        p = self._prepared_for(g, None)
+        p.launch()
         if threads is None:
-            self._by_grid[grid] = self._prepared[(g, False, None)]
+            try:
+                self._cache_grid(grid, p)
+            except TypeError:  # an unhashable grid (a list): no fast path for it
+                pass
 
-    launch = dispatch
+    def _dispatch_indirect(self, indirect: Buffer) -> None:
+        if not isinstance(indirect, Buffer):
+            raise ArgumentTypeError(f"indirect must be a Buffer of three u32, got {type(indirect).__name__}")
+        if indirect.nbytes == 0:
+            return
+        if indirect.nbytes < 12:
+            raise ArgumentValueError(f"indirect buffer must hold three u32 counts (12 bytes), has {indirect.nbytes}")
+        if env_flag("PYCUDADRV_INDIRECT_TRACE"):
+            print(f"[pycudadrv indirect] {self.function.name} block={self.block}", file=sys.stderr, flush=True)
+        stream = self._pass.encoder.stream
+        if env_flag("PYCUDADRV_INDIRECT_SYNC"):
+            raw = indirect.read(nbytes=12, stream=stream)
+            g = tuple(int(c) for c in np.frombuffer(raw.tobytes(), dtype=np.uint32))
+            if 0 not in g:
+                self._prepared_for(g, None).launch()
+            return
+        if self.indirect_mode != "persistent" and _device_indirect_supported(stream):
+            self._device_indirect(indirect)
+            return
+        if self.indirect_mode == "device":
+            raise ArgumentValueError(f"Dispatch of '{self.function.name}': indirect_mode='device' needs a capture "
+                                     "of the encoder's stream and a CUDA 12.4+ driver")
+        n = _persistent_blocks(self.function, self.persistent_blocks)
+        self._prepared_for((n, 1, 1), indirect).launch()
+
+    launch = DispatchBase.dispatch
 
     def __repr__(self) -> str:
         return (f"<Dispatch '{self.function.name}' block={self.block} {len(self._bindings)} binding(s), "
@@ -212,14 +275,16 @@ class Dispatch:
 class Pass:
     """A labelled group of dispatches (optionally timed by a Timestamps)."""
 
-    def __init__(self, encoder: Encoder, label: str) -> None:
+    def __init__(self, encoder: Encoder, label: str):
         self.encoder = encoder
         self.label = label
 
-    def dispatch(self, function: Function, *, block: int | tuple[int, ...] = (64, 1, 1),
-                 persistent_blocks: int | None = None) -> Dispatch:
-        """A :class:`Dispatch` of ``function`` with workgroup size ``block``."""
-        return Dispatch(self, function, block, persistent_blocks)
+    def dispatch(self, function: Any, *, block: Any = (64, 1, 1), persistent_blocks: int | None = None,
+                 indirect_mode: str = "auto") -> Dispatch:
+        """A :class:`Dispatch` of ``function`` with workgroup size ``block``;
+        ``indirect_mode`` is ``"auto"``, ``"device"`` or ``"persistent"`` (see
+        the module docstring)."""
+        return Dispatch(self, function, block, persistent_blocks, indirect_mode)
 
 
 class Encoder:
@@ -229,35 +294,57 @@ class Encoder:
     symmetry with shader APIs and returns an Event recorded after them.
     """
 
-    def __init__(self, device: Device | None = None, stream: Stream | None = None) -> None:
+    def __init__(self, device: Any = None, stream: Any = None):
         from pycudadrv._device import get_current_device
 
         self.device = device if device is not None else get_current_device()
         self.stream = stream if stream is not None else self.device.default_stream
 
     @contextmanager
-    def pass_(self, label: str = "pass", timestamps: Timestamps | None = None) -> Iterator[Pass]:
+    def pass_(self, label: str = "pass", timestamps: Any = None) -> Iterator[Pass]:
         """``with encoder.pass_("label", timestamps=ts) as p:``; with
-        ``timestamps`` the pass is timed as ``ts.measure(label)``."""
+        ``timestamps`` the pass is timed as ``ts.measure(label)``; with NVTX on
+        (``PYCUDADRV_NVTX=1``) it is an NVTX range named ``label``."""
         p = Pass(self, label)
-        if timestamps is None:
-            yield p
-        else:
-            with timestamps.measure(label):
+        rng = _nvtx_range(label)
+        with rng:
+            if timestamps is None:
                 yield p
+            else:
+                with timestamps.measure(label):
+                    yield p
 
     def copy_buffer_to_buffer(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
         """Device-to-device copy on the encoder's stream (``cuMemcpyDtoDAsync``);
-        ranges are checked (ValueError)."""
+        ranges are checked (ArgumentValueError)."""
         src.copy_to(dst, nbytes=nbytes, src_offset=src_offset, dst_offset=dst_offset, stream=self.stream)
 
-    def submit(self) -> Event:
+    def submit(self) -> Any:
         """Return an Event recorded after everything encoded so far."""
         from pycudadrv._stream import Event
 
         return Event(timing=False, device=self.device).record(self.stream)
 
 
-def encoder(device: Device | None = None, stream: Stream | None = None) -> Encoder:
+def _nvtx_range(label: str) -> Any:
+    try:
+        from pycudadrv import nvtx
+    except ImportError:
+        return _NULL_RANGE
+    return nvtx.range(label) if nvtx.enabled() else _NULL_RANGE
+
+
+class _NullRange:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL_RANGE = _NullRange()
+
+
+def encoder(device: Any = None, stream: Any = None) -> Encoder:
     """``Encoder(device, stream)``; also reachable as ``Device.encoder(stream)``."""
     return Encoder(device, stream)

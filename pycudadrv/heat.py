@@ -13,6 +13,9 @@ import numpy as np
 SOURCE = r"""
 extern "C" __global__ void heat_step(float* __restrict__ out, const float* __restrict__ in,
                                      int nx, int ny, float alpha) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");   // a PDL dependent waits for the step before it
+#endif
     int x = blockIdx.x * blockDim.x + threadIdx.x;
     int y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x >= nx || y >= ny) return;
@@ -59,33 +62,64 @@ def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
     return r if np.isfinite(r) else float("inf")
 
 
-def run(n: int, steps: int, *, mode: str = "prepared", stream=None):
+MODES = ("launch", "prepared", "graph", "pdl_graph", "device_loop")
+
+
+def run(n: int, steps: int, *, mode: str = "prepared", stream=None, k: int = 100):
     """Run ``steps`` steps on the GPU; returns ``(final grid, seconds)``.
 
-    ``mode`` is ``"launch"`` (generic ``fn.launch`` each step) or
-    ``"prepared"`` (two prepared launches, one per buffer order).
+    ``mode`` is ``"launch"`` (generic ``fn.launch`` each step), ``"prepared"``
+    (two prepared launches, one per buffer order), ``"graph"`` (``k`` steps
+    captured once and replayed), ``"pdl_graph"`` (the same graph with
+    programmatic edges: sm_90+) or ``"device_loop"`` (``k`` steps as the body of
+    a device-side loop, one launch). Every mode runs the same kernel in the
+    same order, so all give the same bits. ``k`` must be even (the buffers
+    alternate). Raises ArgumentValueError for an unknown mode or an odd ``k``.
     """
     import time
 
     import pycudadrv as cd
 
+    if mode not in MODES:
+        raise cd.ArgumentValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if k < 2 or k % 2:
+        raise cd.ArgumentValueError(f"k must be an even number >= 2, got {k}")
     fn = cd.compile(SOURCE).load().function("heat_step")
     u0 = initial_grid(n)
     a = cd.Buffer.from_numpy(u0, stream=stream)
     b = cd.Buffer.from_numpy(np.full_like(u0, np.nan), stream=stream)  # poisoned
     s = a.stream
     grid = grid_for(n)
-    if mode == "prepared":
-        ab = fn.bind(grid, BLOCK, b, a, n, n, ALPHA, stream=s)
-        ba = fn.bind(grid, BLOCK, a, b, n, n, ALPHA, stream=s)
+    ab = fn.bind(grid, BLOCK, b, a, n, n, ALPHA, stream=s)
+    ba = fn.bind(grid, BLOCK, a, b, n, n, ALPHA, stream=s)
+
+    def k_steps():
+        for _ in range(k // 2):
+            ab.launch()
+            ba.launch()
+
+    replay = None
+    if mode in ("graph", "pdl_graph"):
+        with s.capture(pdl=(mode == "pdl_graph")) as g:
+            k_steps()
+        replay = g.launch
+    elif mode == "device_loop" and steps // k:
+        with s.loop(times=steps // k) as loop:
+            k_steps()
+        replay = loop.launch
     s.synchronize()
     t0 = time.perf_counter()
-    src, dst = a, b
-    for k in range(steps):
-        if mode == "prepared":
-            (ab if k % 2 == 0 else ba).launch()
-        else:
+    done = 0
+    if replay is not None:
+        for _ in range(1 if mode == "device_loop" else steps // k):
+            replay()
+        done = steps - steps % k
+    src, dst = (a, b) if done % 2 == 0 else (b, a)
+    for kk in range(done, steps):
+        if mode == "launch":
             fn.launch(grid, BLOCK, dst, src, n, n, ALPHA, stream=s)
+        else:
+            (ab if kk % 2 == 0 else ba).launch()
         src, dst = dst, src
     s.synchronize()
     seconds = time.perf_counter() - t0

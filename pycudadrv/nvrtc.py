@@ -1,44 +1,51 @@
-"""compile(): CUDA C++ -> CUBIN (default) or PTX through NVRTC, loaded at run time.
+"""compile(): CUDA C++ -> CUBIN (default), PTX, LTO-IR or a multi-architecture
+fatbin through NVRTC, loaded at run time.
 
-NVRTC is looked for, in order: ``$PYCUDADRV_NVRTC`` (a path), the
-``nvidia-cuda-nvrtc`` wheel (``pip install pycudadrv[nvrtc]``),
+NVRTC is looked for, in order: ``$PYCUDADRV_NVRTC`` (a path, never a
+fallback), the ``nvidia-cuda-nvrtc`` wheel (``pip install pycudadrv[nvrtc]``),
 ``$CUDA_HOME``/``$CUDA_PATH``, ``/usr/local/cuda``, then the system loader.
 NVRTC needs no GPU: with ``arch`` given, compilation works on any machine.
+Fatbins are assembled with nvFatbin and LTO-IR is linked with nvJitLink
+(:mod:`pycudadrv.link`). Results are cached on disk (:mod:`pycudadrv._compile_cache`).
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import glob
-import hashlib
 import json
 import os
-import struct
-import tempfile
+import shlex
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal, TypeVar
+
+from pycudadrv import _compile_cache
+from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
+from pycudadrv._paths import cuda_include_candidates
+from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
+                               NvrtcUnavailableError)
 
 __all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrtc_version", "nvrtc_path",
-           "cache_dir", "clear_cache"]
+           "nvrtc_supported_archs", "cache_dir", "cache_size", "clear_cache"]
 
+Target = Literal["cubin", "ptx", "fatbin", "ltoir"]
+#: One declared parameter of an extern "C" kernel: (kind, size, align, const), or None when not a plain C type.
+SourceDecl = tuple[int, int, int, "bool | None"]
+T = TypeVar("T")
 
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, NvrtcError, NvrtcUnavailableError
-
-if TYPE_CHECKING:
-    from pycudadrv._device import Device
-    from pycudadrv._module import Module
-
-
-_lib = None
-_lib_path = None
+_lib: ctypes.CDLL | None = None
+_lib_path: str | None = None
 _lock = threading.Lock()
+_NVRTC_ERROR_CANCELLED = 16
+_FLOW_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 
-def _candidates():
+def _candidates() -> Iterable[str]:
     # PYCUDADRV_NVRTC is handled by _load() alone: it never falls back to these.
     try:
-        import nvidia  # namespace package of the nvidia-* wheels
+        import nvidia  # type: ignore[import-untyped,import-not-found,unused-ignore]  # the nvidia-* wheels
 
         for base in list(nvidia.__path__):
             for sub in ("cu13/lib", "cuda_nvrtc/lib", "cu12/lib"):
@@ -53,7 +60,7 @@ def _candidates():
     yield from ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 
 
-def _load():
+def _load() -> ctypes.CDLL:
     global _lib, _lib_path
     if _lib is not None:
         return _lib
@@ -89,9 +96,9 @@ def _load():
             "or set PYCUDADRV_NVRTC to the library's path.")
 
 
-def _declare(lib):
+def _declare(lib: ctypes.CDLL) -> None:
     P, S, I, C = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_char_p
-    sigs = {
+    sigs: dict[str, list[Any]] = {
         "nvrtcVersion": [ctypes.POINTER(I), ctypes.POINTER(I)],
         "nvrtcGetErrorString": [I],
         "nvrtcCreateProgram": [ctypes.POINTER(P), C, C, I, ctypes.POINTER(C), ctypes.POINTER(C)],
@@ -106,7 +113,16 @@ def _declare(lib):
         "nvrtcAddNameExpression": [P, C],
         "nvrtcGetLoweredName": [P, C, ctypes.POINTER(C)],
     }
-    for name, args in sigs.items():
+    optional: dict[str, list[Any]] = {   # newer NVRTC only: LTO-IR (12.0), supported archs (11.2), cancel (12.8)
+        "nvrtcGetLTOIRSize": [P, ctypes.POINTER(S)],
+        "nvrtcGetLTOIR": [P, C],
+        "nvrtcGetNumSupportedArchs": [ctypes.POINTER(I)],
+        "nvrtcGetSupportedArchs": [ctypes.POINTER(I)],
+        "nvrtcSetFlowCallback": [P, _FLOW_CALLBACK, P],
+    }
+    for name, args in list(sigs.items()) + list(optional.items()):
+        if name in optional and not hasattr(lib, name):
+            continue
         f = getattr(lib, name)
         f.argtypes = args
         f.restype = C if name == "nvrtcGetErrorString" else I
@@ -116,26 +132,19 @@ def default_include_dirs() -> list[str]:
     """Directories with the CUDA device headers (``cuda_fp16.h``,
     ``cooperative_groups.h``, and the CCCL headers they include) that
     compile() passes as ``-I``. Looked for beside the NVRTC library (the
-    nvidia-* wheels share one include folder), then in ``$CUDA_HOME`` /
-    ``$CUDA_PATH``, then ``/usr/local/cuda``; the first complete one wins."""
-    cands = []
-    if _lib_path and os.path.isabs(_lib_path):
-        cands.append(os.path.join(os.path.dirname(os.path.dirname(_lib_path)), "include"))
-    try:
-        import nvidia
+    nvidia-* wheels share one include folder), then in pycudadrv's one list
+    of CUDA include directories (:func:`pycudadrv._paths.cuda_include_candidates`:
+    ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``, the nvidia-* wheels);
+    the first complete one wins."""
+    beside = []
+    if _lib_path and os.path.isabs(_lib_path):   # the headers that came with this NVRTC first
+        beside.append(os.path.join(os.path.dirname(os.path.dirname(_lib_path)), "include"))
+    cands = cuda_include_candidates(beside)
 
-        for base in list(nvidia.__path__):
-            cands += sorted(glob.glob(os.path.join(base, "*", "include")))
-    except ImportError:
-        pass
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            cands.append(os.path.join(os.environ[var], "include"))
-    cands.append("/usr/local/cuda/include")
-    def has(c, rel):
+    def has(c: str, rel: str) -> bool:
         return os.path.isfile(os.path.join(c, rel))
 
-    def cccl_dir(c):
+    def cccl_dir(c: str) -> str | None:
         # CUDA 13 keeps CCCL (cuda/std, nv/target, cub, thrust) under include/cccl; older ones in include/
         for d in (os.path.join(c, "cccl"), c):
             if has(d, os.path.join("cuda", "std", "type_traits")):
@@ -153,7 +162,7 @@ def default_include_dirs() -> list[str]:
 
 
 def nvrtc_version() -> tuple[int, int]:
-    """``(major, minor)`` of the NVRTC that compile() uses.
+    """``(major, minor)`` of the NVRTC that compile() uses (``nvrtcVersion``).
     Raises NvrtcUnavailableError when none is found."""
     lib = _load()
     a, b = ctypes.c_int(), ctypes.c_int()
@@ -162,17 +171,49 @@ def nvrtc_version() -> tuple[int, int]:
 
 
 def nvrtc_path() -> str:
-    """Path of the NVRTC library compile() loaded."""
+    """Path of the NVRTC library compile() loaded (as it was given to the loader)."""
     _load()
+    assert _lib_path is not None
     return _lib_path
+
+
+def nvrtc_supported_archs() -> list[str]:
+    """The architectures this NVRTC compiles for, oldest first, e.g.
+    ``["sm_75", ..., "sm_90", ...]`` (``nvrtcGetSupportedArchs``); empty when
+    the library cannot tell."""
+    lib = _load()
+    if not hasattr(lib, "nvrtcGetSupportedArchs"):
+        return []
+    n = ctypes.c_int()
+    if lib.nvrtcGetNumSupportedArchs(ctypes.byref(n)) != 0 or n.value <= 0:
+        return []
+    arr = (ctypes.c_int * n.value)()
+    if lib.nvrtcGetSupportedArchs(arr) != 0:
+        return []
+    return [f"sm_{a}" for a in sorted(arr)]
+
+
+def _nvrtc_identity() -> list[Any]:
+    """The full identity of the NVRTC in use, for cache keys: version plus the library file."""
+    path = _lib_path if _lib_path and os.path.isabs(_lib_path) else _compile_cache.loaded_path("libnvrtc")
+    return [*nvrtc_version(), *_compile_cache.library_identity(path)]
 
 
 @dataclass
 class ObjectCode:
-    """A compiled image. ``image`` holds CUBIN (ELF) or PTX bytes per
-    ``target``; ``ptx`` the PTX text (also kept for CUBIN, so launches know each
-    parameter's type); ``log`` NVRTC's log; ``lowered_names`` maps each name
-    expression to its mangled name."""
+    """A compiled image and what is known about it.
+
+    ``image`` holds the bytes per ``target``: ``"cubin"`` (ELF for one
+    architecture), ``"ptx"`` (text), ``"fatbin"`` (one CUBIN per architecture
+    in ``archs`` plus PTX for the newest) or ``"ltoir"`` (NVVM IR for
+    :class:`pycudadrv.link.Linker`; not loadable as it is). ``arch`` is the
+    architecture (the newest one of a fatbin); ``ptx`` the PTX text (kept for
+    CUBIN and fatbin too, so launches know each parameter's type; None for
+    LTO-IR); ``source_decls`` the parameter types each ``extern "C"`` kernel
+    declares in the source (signedness and constness for launches); ``log``
+    the compiler's log; ``lowered_names`` maps each name expression to its
+    mangled name; ``linker_version`` is set on a :class:`~pycudadrv.link.Linker` result.
+    """
 
     image: bytes
     target: str
@@ -183,146 +224,160 @@ class ObjectCode:
     lowered_names: dict[str, str] = field(default_factory=dict)
     nvrtc_version: tuple[int, int] = (0, 0)
     from_cache: bool = False
+    source_decls: dict[str, list[SourceDecl | None]] | None = None
+    archs: tuple[str, ...] = ()
+    name: str = "kernel.cu"
+    linker_version: tuple[int, int] | None = None
 
-    def load(self, device: Device | int | None = None) -> Module:
-        """Load into ``device`` (current by default) through the module cache;
-        returns the Module."""
+    def __post_init__(self) -> None:
+        if not self.archs:
+            self.archs = (self.arch,)
+
+    def load(self, device: Any = None) -> Any:
+        """Load into ``device`` (current by default) through the module cache
+        (``cuModuleLoadDataEx``); returns the Module. Raises
+        ArgumentValueError for LTO-IR, which must be linked first."""
+        if self.target == "ltoir":
+            raise ArgumentValueError(f"ObjectCode.load: {self.name} is LTO-IR, which the driver cannot load; link it "
+                                     "first: pycudadrv.Linker(arch=...).add(obj).link().load()")
         from pycudadrv._module import load_module
 
         return load_module(self, device=device)
 
     def __repr__(self) -> str:
-        return (f"<ObjectCode {self.target} for {self.arch}, {len(self.image)} bytes, "
-                f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]}>")
+        by = (f"linked by nvJitLink {self.linker_version[0]}.{self.linker_version[1]}" if self.linker_version
+              else f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]}")
+        where = "+".join(self.archs) if self.target == "fatbin" else self.arch
+        return f"<ObjectCode {self.target} for {where}, {len(self.image)} bytes, {by}>"
 
 
-# --- on-disk compile cache ----------------------------------------------------------------
-#
-# One file per compilation, named by the SHA-256 of everything that determines NVRTC's
-# output: source, its name (it appears in __FILE__ and line info), in-memory headers,
-# options (the -I paths included), name expressions, target, architecture and NVRTC version. Headers that NVRTC reads from include paths on
-# disk are not hashed: change one and clear the cache (or set PYCUDADRV_CACHE=0).
-# File layout: MAGIC | sha256(body) (32 bytes) | body, where body = u32 length of a JSON
-# header | JSON | image bytes. Files are written to a temporary name and renamed, so a
-# reader never sees half a file; a file whose checksum does not match is recompiled.
-
-_MAGIC = b"PYCUDADRV-CACHE1"
-
-
-def cache_dir() -> str | None:
-    """Directory of the compile cache: ``$PYCUDADRV_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/pycudadrv``, else ``~/.cache/pycudadrv``; None when
-    ``PYCUDADRV_CACHE=0`` disables it."""
-    if os.environ.get("PYCUDADRV_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
-    d = os.environ.get("PYCUDADRV_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "pycudadrv")
-    return os.path.expanduser(d)
-
-
-def clear_cache() -> int:
-    """Delete every cached compilation; returns how many files were removed."""
-    d = cache_dir()
-    n = 0
-    if d and os.path.isdir(d):
-        for f in glob.glob(os.path.join(d, "*.nvrtc")):
-            try:
-                os.remove(f)
-                n += 1
-            except OSError:
-                pass
-    return n
-
-
-def _cache_key(src, name, headers, opts, name_expressions, target, arch, version):
-    h = hashlib.sha256()
-    for part in (b"pycudadrv compile v1", src, name.encode(), json.dumps(sorted(headers.items())).encode(),
-                 json.dumps(list(opts)).encode(), json.dumps(list(name_expressions)).encode(),
-                 target.encode(), arch.encode(), json.dumps(list(version)).encode()):
-        h.update(struct.pack("<Q", len(part)))
-        h.update(part)
-    return h.hexdigest()
-
-
-_CACHE_MAX_BYTES = 1 << 30
-
-
-def _cache_read(path):
-    import stat
+def _source_decls(text: str) -> dict[str, list[SourceDecl | None]] | None:
+    from pycudadrv._signature import source_params
 
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _CACHE_MAX_BYTES:
-            return None  # a FIFO, a device, a directory, or absurdly large: never read it
-        with open(path, "rb") as f:
-            data = f.read(_CACHE_MAX_BYTES + 1)
-    except OSError:
+        return source_params(text)
+    except Exception:  # a best-effort refinement of the layouts: never a reason for compile() to fail
         return None
-    if len(data) < len(_MAGIC) + 36 or not data.startswith(_MAGIC):
-        return None
-    digest, body = data[len(_MAGIC):len(_MAGIC) + 32], data[len(_MAGIC) + 32:]
-    if hashlib.sha256(body).digest() != digest:
-        return None  # truncated or corrupt: recompile
-    (n,) = struct.unpack("<I", body[:4])
-    try:
-        meta = json.loads(body[4:4 + n])
-    except ValueError:
-        return None
-    image = body[4 + n:]
-    if len(image) != meta.get("image_bytes"):
-        return None
-    return ObjectCode(image=image, target=meta["target"], arch=meta["arch"], ptx=meta.get("ptx"),
-                      log=meta.get("log", ""), options=tuple(meta["options"]),
-                      lowered_names=dict(meta.get("lowered_names", {})),
-                      nvrtc_version=tuple(meta["nvrtc_version"]), from_cache=True)
 
 
-def _cache_write(path, obj):
-    meta = json.dumps({"target": obj.target, "arch": obj.arch, "ptx": obj.ptx, "log": obj.log,
-                       "options": list(obj.options), "lowered_names": obj.lowered_names,
-                       "nvrtc_version": list(obj.nvrtc_version), "image_bytes": len(obj.image)}).encode()
-    body = struct.pack("<I", len(meta)) + meta + obj.image
-    d = os.path.dirname(path)
-    try:
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".nvrtc")
-        with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(body).digest() + body)
-        os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
-    except OSError:
+# --- running NVRTC and nvJitLink so that Ctrl-C gets through -------------------------------------
+
+_running: dict[threading.Thread, threading.Event] = {}
+
+
+def run_interruptible(jobs: Sequence[Callable[[threading.Event], T]]) -> list[T]:
+    """Run each job in its own worker thread and wait for all of them; the
+    jobs' results in order, or the first job's exception. The wait lets a
+    KeyboardInterrupt (Ctrl-C) through at once: it sets the cancel event each
+    job receives (NVRTC compiles poll it through ``nvrtcSetFlowCallback`` and
+    stop early) and re-raises; a worker still inside a library call finishes
+    in the background and drops its result."""
+    cancel = threading.Event()
+    results: list[Any] = [None] * len(jobs)
+    errors: list[BaseException | None] = [None] * len(jobs)
+    done = [threading.Event() for _ in jobs]
+
+    def body(i: int, job: Callable[[threading.Event], T]) -> None:
         try:
-            os.remove(tmp)
-        except (OSError, UnboundLocalError):
-            pass
+            results[i] = job(cancel)
+        except BaseException as e:  # handed to the waiting thread
+            errors[i] = e
+        finally:
+            done[i].set()
+            _running.pop(threading.current_thread(), None)
+
+    threads = [threading.Thread(target=body, args=(i, j), name="pycudadrv-compile", daemon=True)
+               for i, j in enumerate(jobs)]
+    try:
+        for t in threads:
+            _running[t] = cancel
+            t.start()
+        for ev in done:
+            while not ev.wait(0.05):
+                pass
+    except BaseException:
+        cancel.set()
+        raise
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
 
 
-def _check(lib, code, what, prog=None, options=(), name="kernel.cu"):
-    if code != 0:
-        msg = lib.nvrtcGetErrorString(code).decode()
-        log = _log(lib, prog) if prog is not None else ""
-        raise NvrtcError(f"{what} failed: {msg}", log, options, nvrtc_version(), name)
+@atexit.register
+def _cancel_running() -> None:
+    # A daemon worker still inside NVRTC at interpreter exit: ask it to stop and give it a moment.
+    for t, ev in list(_running.items()):
+        ev.set()
+        t.join(5.0)
 
 
-def _log(lib, prog):
-    n = ctypes.c_size_t()
-    if lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n)) != 0 or n.value <= 1:
-        return ""
-    buf = ctypes.create_string_buffer(n.value)
-    lib.nvrtcGetProgramLog(prog, buf)
-    return buf.value.decode(errors="replace")
+# --- compile() ----------------------------------------------------------------------------------
+
+def _strings(v: Any, what: str, split: bool = False, who: str = "compile") -> tuple[str, ...]:
+    if isinstance(v, str):
+        if not split:
+            out: tuple[str, ...] = (v,)
+        else:
+            try:
+                out = tuple(shlex.split(v))
+            except ValueError as e:
+                raise ArgumentValueError(f"{who}: {what}={v!r} cannot be split like a shell command line "
+                                         f"({e}); pass a list of strings instead") from None
+    elif isinstance(v, (Mapping, set, frozenset, bytes, bytearray, memoryview)):
+        raise ArgumentTypeError(f"{who}: {what} must be a sequence of strings (or one string), not a "
+                                f"{type(v).__name__}" + (": write e.g. ['-DNAME=value', '-std=c++17']"
+                                                         if isinstance(v, Mapping) else ""))
+    else:
+        try:
+            out = tuple(v)
+        except TypeError:
+            raise ArgumentTypeError(f"{who}: {what} must be a sequence of strings, got {type(v).__name__}") \
+                from None
+    for s in out:
+        if not isinstance(s, str) or "\0" in s:
+            raise ArgumentTypeError(f"{who}: {what} must be strings without NUL bytes, got {s!r}")
+    return out
 
 
-def _default_arch():
-    from pycudadrv._device import get_current_device
+def _arch_number(a: str) -> int:
+    return int(a.split("_", 1)[1].rstrip("af"))
 
-    return get_current_device().arch
+
+def _parse_arch(a: Any, what: str = "arch") -> str:
+    if isinstance(a, bool) or not isinstance(a, (str, int)):
+        raise ArgumentTypeError(f"compile: {what} must be a str like 'sm_90' (or a list of them), got {a!r}")
+    s = str(a).strip()
+    if s.isdigit():
+        s = "sm_" + s
+    if not (s.startswith("sm_") or s.startswith("compute_")) or not s.split("_", 1)[1].rstrip("af").isdigit():
+        raise ArgumentValueError(f"arch must look like 'sm_90' (or 'compute_90'), got {a!r}")
+    return s
+
+
+def _no_gpu_arch(err: CudaError, who: str = "compile") -> CudaUnavailableError:
+    try:
+        archs = nvrtc_supported_archs()
+    except Exception:
+        archs = []
+    known = f" (this NVRTC compiles for {', '.join(archs)})" if archs else ""
+    return CudaUnavailableError(  # type: ignore[no-untyped-call,unused-ignore]
+        f"{who}: no arch= given and no GPU to take it from ({err}); pass the architecture you target, e.g. "
+        f"arch='sm_90'{known}, to compile without a GPU", code=getattr(err, "code", -1))
+
+
+def _check_supported(archs: Sequence[str]) -> None:
+    known = nvrtc_supported_archs()
+    nums = {_arch_number(k) for k in known}
+    for a in archs:
+        if known and _arch_number(a) not in nums:
+            raise ArgumentValueError(f"compile: NVRTC {'.'.join(map(str, nvrtc_version()))} cannot compile for {a}; "
+                                     f"it supports {', '.join(known)}")
 
 
 def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequence[str] = (),
-            target: Literal["cubin", "ptx"] = "cubin", arch: str | None = None,
-            name_expressions: str | Sequence[str] = (), headers: dict[str, str] | None = None,
+            target: Target | None = None, arch: str | int | Sequence[str | int] | None = None,
+            name_expressions: str | Sequence[str] = (), headers: Mapping[str, str] | None = None,
             include_paths: str | Sequence[str] = (), use_cache: bool = True) -> ObjectCode:
     """Compile CUDA C++ ``source`` with NVRTC.
 
@@ -331,15 +386,22 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
     source : str
         CUDA C++ source text. Kernels meant to be found by name should be
         ``extern "C"``; templates go through ``name_expressions``.
-    target : {"cubin", "ptx"}
-        CUBIN for one architecture (the default: loads on a driver older than
-        NVRTC) or PTX (JIT-compiled by the driver, which must be at least as
-        new as NVRTC).
-    arch : str, optional
-        ``"sm_90"`` style; defaults to the current device's compute capability
-        (needs a GPU; give it explicitly to compile on a machine without one).
-    options : sequence of str
-        Extra NVRTC options, e.g. ``("--use_fast_math", "-DN=4", "-std=c++17")``.
+    target : {"cubin", "ptx", "fatbin", "ltoir"}, optional
+        ``"cubin"`` (the default for one ``arch``): machine code for one
+        architecture (loads on a driver older than NVRTC). ``"ptx"``: text the
+        driver JIT-compiles (it must be at least as new as NVRTC).
+        ``"fatbin"`` (the default when ``arch`` is a list): a CUBIN per
+        architecture plus the PTX of the newest, as ``nvcc -gencode`` makes
+        (assembled with nvFatbin); the driver picks the best match at load.
+        ``"ltoir"``: LTO-IR (NVRTC ``-dlto``) for :class:`pycudadrv.link.Linker`.
+    arch : str or list of str, optional
+        ``"sm_90"`` style (or ``90``); a list gives a fatbin. Defaults to the
+        current device's compute capability (needs a GPU; give it explicitly to
+        compile on a machine without one).
+    options : str or sequence of str
+        Extra NVRTC options, e.g. ``("--use_fast_math", "-DN=4", "-std=c++17")``;
+        one string is split as a shell would (``"-DN=4 -std=c++17"``).
+        ``-arch`` and ``-dlto`` are refused (use ``arch=`` and ``target=``).
     name_expressions : sequence of str
         e.g. ``("axpy<float>",)``; their lowered names land in ``lowered_names``.
     headers : dict of str -> str, optional
@@ -349,9 +411,10 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         which is added automatically: see :func:`default_include_dirs`).
     use_cache : bool
         Look the result up in (and store it into) the on-disk compile cache
-        (:func:`cache_dir`; ``PYCUDADRV_CACHE=0`` disables it everywhere).
-        The key is a SHA-256 of source, name, headers, options, name
-        expressions, target, arch and NVRTC version; a corrupt entry is recompiled.
+        (:func:`cache_dir`; ``PYCUDADRV_CACHE=0`` disables it everywhere). The
+        key is a SHA-256 of source, name, headers, options, name expressions,
+        target, arch and the NVRTC library (version, path, size, mtime); each
+        architecture of a fatbin is an entry of its own.
 
     Returns
     -------
@@ -363,11 +426,20 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         Compilation failed; carries the full log, the options and the NVRTC version.
     NvrtcUnavailableError
         No NVRTC library found (names where it looked and the pip package).
-    ValueError
-        Unknown target or malformed arch.
+    LinkerUnavailableError
+        A fatbin was asked for and nvFatbin is not installed.
+    CudaUnavailableError
+        No ``arch`` and no GPU to take it from (the message says to pass ``arch="sm_XX"``).
+    ArgumentTypeError, ArgumentValueError
+        Malformed source, name, options (a dict, unbalanced quotes, ``-arch``),
+        headers, target or arch, or an arch NVRTC does not support.
+    KeyboardInterrupt
+        Ctrl-C while NVRTC runs (in worker threads): raised at once; the
+        workers are asked to cancel (``nvrtcSetFlowCallback``) and finish in
+        the background.
     """
-    if target not in ("cubin", "ptx"):
-        raise ArgumentValueError(f"target must be 'cubin' or 'ptx', got {target!r}")
+    if target is not None and target not in ("cubin", "ptx", "fatbin", "ltoir"):
+        raise ArgumentValueError(f"target must be 'cubin', 'ptx', 'fatbin' or 'ltoir', got {target!r}")
     if isinstance(source, str):
         src = source.encode()
     elif isinstance(source, (bytes, bytearray, memoryview)):
@@ -375,99 +447,179 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         try:
             src.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ArgumentValueError(f"compile: source bytes are not UTF-8 ({e}); NVRTC would silently drop text") from None
+            raise ArgumentValueError(f"compile: source bytes are not UTF-8 ({e}); NVRTC would silently drop text") \
+                from None
     else:
         raise ArgumentTypeError(f"compile: source must be str or bytes, got {type(source).__name__}")
     if b"\0" in src:
         raise ArgumentValueError("compile: source contains a NUL byte (NVRTC would ignore everything after it)")
     if not isinstance(name, str) or not name or "\0" in name:
         raise ArgumentTypeError(f"compile: name must be a non-empty str, got {name!r}")
-
-    def _strings(v, what):
-        v = (v,) if isinstance(v, str) else tuple(v)
-        for s in v:
-            if not isinstance(s, str) or "\0" in s:
-                raise ArgumentTypeError(f"compile: {what} must be strings without NUL bytes, got {s!r}")
-        return v
-
-    options = _strings(options, "options")
-    include_paths = _strings(include_paths, "include_paths")
-    name_expressions = _strings(name_expressions, "name_expressions")
-    for o in options:
-        if o.startswith(("-arch", "--gpu-architecture", "-gencode", "--generate-code")):
-            raise ArgumentValueError(f"compile: give the architecture as arch=..., not in options ({o!r})")
+    opts_in = _strings(options, "options", split=True)
+    incs = _strings(include_paths, "include_paths")
+    exprs = _strings(name_expressions, "name_expressions")
+    for opt in opts_in:
+        if opt.startswith(("-arch", "--gpu-architecture", "-gencode", "--generate-code")):
+            raise ArgumentValueError(f"compile: give the architecture as arch=..., not in options ({opt!r})")
+        if opt in ("-dlto", "--dlink-time-opt", "-dlink-time-opt"):
+            raise ArgumentValueError(f"compile: ask for LTO-IR with target='ltoir', not in options ({opt!r})")
     if headers is not None:
-        if not isinstance(headers, dict):
+        if not isinstance(headers, Mapping):
             raise ArgumentTypeError("compile: headers must be a dict of name -> source text")
-        for k, v in headers.items():
-            if not isinstance(k, str) or not isinstance(v, str) or "\0" in k or "\0" in v:
-                raise ArgumentTypeError(f"compile: header {k!r} must map a str name to str source without NUL bytes")
+        for hk, hv in headers.items():
+            if not isinstance(hk, str) or not isinstance(hv, str) or "\0" in hk or "\0" in hv:
+                raise ArgumentTypeError(f"compile: header {hk!r} must map a str name to str source without NUL bytes")
+    hdrs = dict(headers or {})
+
+    archs, tgt = _resolve_archs(arch, target)
     lib = _load()
+    _check_supported(archs)
+    base = [*[f"-I{p}" for p in incs], *[f"-I{p}" for p in default_include_dirs()], *opts_in]
+    piece_target = "cubin" if tgt == "fatbin" else tgt
+    pieces = []   # one NVRTC compile per architecture: (arch, options, cache key)
+    ident = _nvrtc_identity() if use_cache and cache_dir() else None
+    for a in archs:
+        gpu_arch = ("compute_" if piece_target == "ptx" else "sm_") + a.split("_", 1)[1]
+        opts = [f"-arch={gpu_arch}", *base] + (["-dlto"] if piece_target == "ltoir" else [])
+        k = None if ident is None else _compile_cache.key(
+            b"pycudadrv compile v2", src, name.encode(), json.dumps(sorted(hdrs.items())).encode(),
+            json.dumps(opts).encode(), json.dumps(list(exprs)).encode(), piece_target.encode(), gpu_arch.encode(),
+            json.dumps(ident).encode())
+        pieces.append((gpu_arch, opts, k))
+    found: list[ObjectCode | None] = []
+    for _a, _o, k in pieces:
+        found.append(_compile_cache.fetch(k, ObjectCode) if k is not None else None)
+    missing = [i for i, f in enumerate(found) if f is None]
+    decls = _source_decls(src.decode())
+    jobs = [_job(lib, src, name, hdrs, pieces[i][1], exprs, piece_target, pieces[i][0]) for i in missing]
+    for i, obj in zip(missing, run_interruptible(jobs) if jobs else []):
+        obj.source_decls = decls
+        found[i] = obj
+        key = pieces[i][2]
+        if key is not None:
+            _compile_cache.store(key, obj)
+    objs = [f for f in found if f is not None]
+    for o in objs:
+        o.source_decls = o.source_decls if o.source_decls is not None else decls
+    if tgt != "fatbin":
+        return objs[0]
+    from pycudadrv.link import _fatbin_object
+
+    return _fatbin_object(objs, name)
+
+
+def _resolve_archs(arch: str | int | Sequence[str | int] | None, target: str | None) -> tuple[list[str], str]:
+    """The architectures to compile for (oldest first) and the target."""
+    if isinstance(arch, (list, tuple)):
+        archs = list(dict.fromkeys(_parse_arch(a, "each arch") for a in arch))
+        if not archs:
+            raise ArgumentValueError("compile: arch=[] names no architecture")
+        if any(a.startswith("compute_") for a in archs):
+            raise ArgumentValueError(f"compile: arch={list(arch)!r}: list real architectures ('sm_XX'); the fatbin "
+                                     "carries the PTX of the newest one for the others")
+        if target not in (None, "fatbin"):
+            raise ArgumentValueError(f"compile: target={target!r} holds one architecture; several (arch={archs}) "
+                                     "make a fatbin (target='fatbin', or leave target out)")
+        return sorted(archs, key=_arch_number), "fatbin"
     if arch is None:
-        arch = _default_arch()
-    arch = str(arch)
-    if arch.isdigit():
-        arch = "sm_" + arch
-    if not (arch.startswith("sm_") or arch.startswith("compute_")) or not arch.split("_", 1)[1].rstrip("af").isdigit():
-        raise ArgumentValueError(f"arch must look like 'sm_90' (or 'compute_90'), got {arch!r}")
-    num = arch.split("_", 1)[1]
-    gpu_arch = ("sm_" if target == "cubin" else "compute_") + num
-    opts = [f"-arch={gpu_arch}", *[f"-I{p}" for p in include_paths],
-            *[f"-I{p}" for p in default_include_dirs()], *options]
-    headers = dict(headers or {})
-    cache_path = None
-    cdir = cache_dir() if use_cache else None
-    if cdir:
-        key = _cache_key(src, name, headers, opts, name_expressions, target, gpu_arch, nvrtc_version())
-        cache_path = os.path.join(cdir, key + ".nvrtc")
-        hit = _cache_read(cache_path)
-        if hit is not None:
-            return hit
-    obj = _compile(lib, src, name, headers, opts, name_expressions, target, gpu_arch)
-    if cache_path:
-        _cache_write(cache_path, obj)
-    return obj
+        try:
+            arch = _default_arch()
+        except CudaError as e:
+            raise _no_gpu_arch(e) from e
+    return [_parse_arch(arch)], target or "cubin"
 
 
-def _compile(lib, src, name, headers, opts, name_expressions, target, gpu_arch):
+def _default_arch() -> str:
+    from pycudadrv._device import get_current_device
+
+    return str(get_current_device().arch)
+
+
+def _nvrtc_error(message: str, log: str, opts: Sequence[str], name: str, code: int | None = None) -> NvrtcError:
+    err: NvrtcError = NvrtcError(  # type: ignore[no-untyped-call,unused-ignore]
+        message, log, opts, nvrtc_version(), name, code=code)
+    return err
+
+
+def _check(lib: ctypes.CDLL, code: int, what: str, opts: Sequence[str], name: str) -> None:
+    if code != 0:
+        raise _nvrtc_error(f"{what} failed: {lib.nvrtcGetErrorString(code).decode()}", "", opts, name, code)
+
+
+def _log(lib: ctypes.CDLL, prog: ctypes.c_void_p) -> str:
+    n = ctypes.c_size_t()
+    if lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n)) != 0 or n.value <= 1:
+        return ""
+    buf = ctypes.create_string_buffer(n.value)
+    lib.nvrtcGetProgramLog(prog, buf)
+    return buf.value.decode(errors="replace")
+
+
+def _nvrtc_compile_program(lib: ctypes.CDLL, prog: ctypes.c_void_p, opts: Sequence[str],
+                           cancel: threading.Event) -> int:
+    """``nvrtcCompileProgram`` with a flow callback that cancels once ``cancel`` is set (a seam for tests)."""
+    cb = None
+    if hasattr(lib, "nvrtcSetFlowCallback"):
+        cb = _FLOW_CALLBACK(lambda _payload, _reserved: 1 if cancel.is_set() else 0)
+        lib.nvrtcSetFlowCallback(prog, cb, None)
+    copts = (ctypes.c_char_p * max(len(opts), 1))(*[o.encode() for o in opts])
+    code: int = lib.nvrtcCompileProgram(prog, len(opts), copts)
+    del cb  # alive until NVRTC returned
+    return code
+
+
+def _job(lib: ctypes.CDLL, src: bytes, name: str, headers: dict[str, str], opts: list[str], exprs: tuple[str, ...],
+         target: str, gpu_arch: str) -> Callable[[threading.Event], ObjectCode]:
+    return lambda cancel: _compile(lib, src, name, headers, opts, exprs, target, gpu_arch, cancel)
+
+
+def _compile(lib: ctypes.CDLL, src: bytes, name: str, headers: dict[str, str], opts: list[str],
+             name_expressions: tuple[str, ...], target: str, gpu_arch: str, cancel: threading.Event) -> ObjectCode:
     prog = ctypes.c_void_p()
     hnames = (ctypes.c_char_p * max(len(headers), 1))(*[k.encode() for k in headers])
     hsrcs = (ctypes.c_char_p * max(len(headers), 1))(*[v.encode() for v in headers.values()])
     _check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), len(headers),
                                        hsrcs if headers else None, hnames if headers else None),
-           "nvrtcCreateProgram", options=opts, name=name)
+           "nvrtcCreateProgram", opts, name)
     try:
         for expr in name_expressions:
-            _check(lib, lib.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression",
-                   options=opts, name=name)
-        copts = (ctypes.c_char_p * max(len(opts), 1))(*[o.encode() for o in opts])
-        code = lib.nvrtcCompileProgram(prog, len(opts), copts)
+            _check(lib, lib.nvrtcAddNameExpression(prog, expr.encode()), "nvrtcAddNameExpression", opts, name)
+        code = _nvrtc_compile_program(lib, prog, opts, cancel)
         log = _log(lib, prog)
+        if code == _NVRTC_ERROR_CANCELLED:
+            raise KeyboardInterrupt(f"compiling {name} for {gpu_arch} was cancelled")
         if code != 0:
-            raise NvrtcError(f"compiling {name} failed: {lib.nvrtcGetErrorString(code).decode()}",
-                             log, opts, nvrtc_version(), name)
+            raise _nvrtc_error(f"compiling {name} failed: {lib.nvrtcGetErrorString(code).decode()}", log, opts,
+                               name, code)
         lowered = {}
         for expr in name_expressions:
             out = ctypes.c_char_p()
-            _check(lib, lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(out)),
-                   "nvrtcGetLoweredName", options=opts, name=name)
-            lowered[expr] = out.value.decode()
+            _check(lib, lib.nvrtcGetLoweredName(prog, expr.encode(), ctypes.byref(out)), "nvrtcGetLoweredName",
+                   opts, name)
+            lowered[expr] = (out.value or b"").decode()
         n = ctypes.c_size_t()
         ptx = None
-        if lib.nvrtcGetPTXSize(prog, ctypes.byref(n)) == 0 and n.value:
+        if target != "ltoir" and lib.nvrtcGetPTXSize(prog, ctypes.byref(n)) == 0 and n.value > 1:
             buf = ctypes.create_string_buffer(n.value)
-            _check(lib, lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX", options=opts, name=name)
+            _check(lib, lib.nvrtcGetPTX(prog, buf), "nvrtcGetPTX", opts, name)
             ptx = buf.value.decode()
-        if target == "cubin":
-            _check(lib, lib.nvrtcGetCUBINSize(prog, ctypes.byref(n)), "nvrtcGetCUBINSize", options=opts, name=name)
+        if target in ("cubin", "ltoir"):
+            size_fn, get_fn = (("nvrtcGetCUBINSize", "nvrtcGetCUBIN") if target == "cubin"
+                               else ("nvrtcGetLTOIRSize", "nvrtcGetLTOIR"))
+            if not hasattr(lib, size_fn):
+                raise _nvrtc_error(f"this NVRTC ({'.'.join(map(str, nvrtc_version()))}) cannot produce LTO-IR "
+                                   f"({size_fn} is missing; NVRTC 12.0 or newer can)", log, opts, name)
+            _check(lib, getattr(lib, size_fn)(prog, ctypes.byref(n)), size_fn, opts, name)
+            if n.value == 0:
+                raise _nvrtc_error(f"NVRTC produced no {target.upper()}", log, opts, name)
             buf = ctypes.create_string_buffer(n.value)
-            _check(lib, lib.nvrtcGetCUBIN(prog, buf), "nvrtcGetCUBIN", options=opts, name=name)
+            _check(lib, getattr(lib, get_fn)(prog, buf), get_fn, opts, name)
             image = buf.raw[: n.value]
         else:
             if ptx is None:
-                raise NvrtcError("NVRTC produced no PTX", log, opts, nvrtc_version(), name)
+                raise _nvrtc_error("NVRTC produced no PTX", log, opts, name)
             image = ptx.encode()
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
     return ObjectCode(image=image, target=target, arch=gpu_arch, ptx=ptx, log=log, options=tuple(opts),
-                      lowered_names=lowered, nvrtc_version=nvrtc_version())
+                      lowered_names=lowered, nvrtc_version=nvrtc_version(), name=name)

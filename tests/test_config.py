@@ -129,7 +129,7 @@ def test_cache_directory_files_and_bytes(clean_env, monkeypatch):
     (clean_env / "a.nvrtc").write_bytes(b"x" * 100)
     (clean_env / "b.nvrtc").write_bytes(b"y" * 28)
     text = _report()
-    assert f"compile cache: {clean_env} (2 files, 128 bytes)\n" in text
+    assert f"compile cache: {clean_env} (2 entries, 128 bytes; limit 1.0 GiB)\n" in text
 
 
 def test_cache_not_created_yet_and_disabled(clean_env, monkeypatch):
@@ -162,7 +162,8 @@ def test_optional_modules_absent_are_said_to_be_absent(clean_env, monkeypatch):
     _no_driver(monkeypatch)
     monkeypatch.setattr(config, "_has_module", lambda name: False)
     text = _report()
-    assert "  nvJitLink: not part of this pycudadrv\n  cuDNN: not part of this pycudadrv\n" in text
+    assert ("  nvJitLink: not part of this pycudadrv\n  nvFatbin: not part of this pycudadrv\n"
+            "  cuDNN: not part of this pycudadrv\n") in text
 
 
 def test_optional_modules_present_report_availability_version_and_library(clean_env, monkeypatch):
@@ -173,16 +174,37 @@ def test_optional_modules_present_report_availability_version_and_library(clean_
     assert "  cuDNN (pycudadrv.cudnn): available; version 9.10.2; /x/libcudnn.so.9\n" in text
 
 
+def test_the_linker_libraries_report_their_versions(clean_env, monkeypatch):
+    _no_driver(monkeypatch)
+    _fake_module(monkeypatch, "pycudadrv.link", nvjitlink_version=lambda: (13, 0), nvfatbin_version=lambda: (13, 0))
+    monkeypatch.setattr(config, "_mapped_path", lambda fragment: {"libnvJitLink.so": "/x/libnvJitLink.so.13"}.get(fragment))
+    text = _report()
+    assert "  nvJitLink (pycudadrv.link): version 13.0; /x/libnvJitLink.so.13\n" in text
+    assert "  nvFatbin (pycudadrv.link): version 13.0\n" in text
+
+
+def test_an_unavailable_optional_library_says_why(clean_env, monkeypatch):
+    _no_driver(monkeypatch)
+
+    def missing():
+        raise cd.LinkerUnavailableError("nvJitLink not found; looked at: nowhere")
+
+    _fake_module(monkeypatch, "pycudadrv.link", nvjitlink_version=missing, nvfatbin_version=missing)
+    text = _report()
+    assert "  nvJitLink (pycudadrv.link): LinkerUnavailableError: nvJitLink not found; looked at: nowhere\n" in text
+
+
 def test_an_optional_module_whose_probe_fails_is_reported_not_raised(clean_env, monkeypatch):
     _no_driver(monkeypatch)
 
     def broken():
         raise cd.CudnnUnavailableError("cuDNN cannot be used: not installed")
 
-    _fake_module(monkeypatch, "pycudadrv.cudnn", is_available=lambda: False, version=broken)
+    _fake_module(monkeypatch, "pycudadrv.cudnn", is_available=lambda: False, version=broken,
+                 unavailable_reason=lambda: "switched off (PYCUDADRV_CUDNN=0)")
     text = _report()
-    assert ("  cuDNN (pycudadrv.cudnn): unavailable; CudnnUnavailableError: cuDNN cannot be used: not installed\n"
-            in text)
+    assert ("  cuDNN (pycudadrv.cudnn): unavailable; switched off (PYCUDADRV_CUDNN=0); CudnnUnavailableError: "
+            "cuDNN cannot be used: not installed\n" in text)
 
 
 def test_nvtx_state_is_reported(clean_env, monkeypatch):

@@ -268,9 +268,9 @@ def test_illegal_calls_during_capture_name_the_capture_and_mode(mod, mode):
     s.synchronize()
     with s.capture(mode=mode) as g:
         mod.function("axpb").launch(4, 256, out, x, 1.0, 1.0, 1024, stream=s)
-        with pytest.raises(RuntimeError, match="synchronize a stream during <CapturedGraph"):
+        with pytest.raises(RuntimeError, match="synchronize a stream during <Capture "):
             s.synchronize()
-        with pytest.raises(RuntimeError, match="during <CapturedGraph"):
+        with pytest.raises(RuntimeError, match="during <Capture "):
             out.to_numpy()
         if mode != "relaxed":
             with pytest.raises(RuntimeError, match=f"mode '{mode}' forbids it"):

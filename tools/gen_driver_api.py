@@ -105,6 +105,7 @@ ENTRY_POINTS = [
     ("cuDeviceGraphMemTrim", True),
     ("cuGraphCreate", True),
     ("cuGraphNodeGetType", True),
+    ("cuGraphKernelNodeSetParams", True),
     # Device-side loops (conditional nodes) and capture into a given graph: CUDA 12.3+.
     ("cuGraphAddNode", False),
     ("cuGraphConditionalHandleCreate", False),

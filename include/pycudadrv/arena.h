@@ -87,6 +87,29 @@ static inline unsigned char *pycudadrv_arena_push(pycudadrv_arena *a, size_t nby
     return p;
 }
 
+/* Lay out n parameters at once, zeroed: parameter i takes ceil(size_i / 16) slots
+ * (at least one). Sizes are read from `first_size` with a byte `stride` (the size
+ * field of an array of structs). Replaces whatever was pushed. 0, or -1 on OOM. */
+static inline int pycudadrv_arena_layout(pycudadrv_arena *a, const unsigned char *first_size, size_t stride,
+                                         uint32_t n) {
+    uint32_t total = 0, i, need;
+    for (i = 0; i < n; ++i) {
+        need = (uint32_t)((*(const size_t *)(first_size + (size_t)i * stride) + 15) / 16);
+        total += need ? need : 1;
+    }
+    a->n_slots = a->n_params = 0;
+    if (pycudadrv_arena_reserve(a, total ? total : 1, n ? n : 1) != 0) return -1;
+    memset(a->slots, 0, (size_t)total * sizeof(pycudadrv_slot));
+    for (i = 0, total = 0; i < n; ++i) {
+        need = (uint32_t)((*(const size_t *)(first_size + (size_t)i * stride) + 15) / 16);
+        a->index[i] = total;
+        total += need ? need : 1;
+    }
+    a->n_slots = total;
+    a->n_params = n;
+    return 0;
+}
+
 /* Storage of parameter i (after pushes; stable until the next push). */
 static inline unsigned char *pycudadrv_arena_at(pycudadrv_arena *a, uint32_t i) {
     return a->slots[a->index[i]].b;

@@ -7,7 +7,7 @@
 
 #define PYCUDADRV_HEADER_CUDA_VERSION 13000
 #define PYCUDADRV_MIN_DRIVER_VERSION 12000
-#define PYCUDADRV_N_ENTRY_POINTS 85
+#define PYCUDADRV_N_ENTRY_POINTS 86
 #define PYCUDADRV_MAX_ABI_VARIANTS 4
 
 typedef struct pycudadrv_driver_api {
@@ -93,6 +93,7 @@ typedef struct pycudadrv_driver_api {
     PFN_cuDeviceGraphMemTrim_v11040 p_cuDeviceGraphMemTrim;
     PFN_cuGraphCreate_v10000 p_cuGraphCreate;
     PFN_cuGraphNodeGetType_v10000 p_cuGraphNodeGetType;
+    PFN_cuGraphKernelNodeSetParams_v12000 p_cuGraphKernelNodeSetParams;
     PFN_cuGraphAddNode_v12030 p_cuGraphAddNode;
     PFN_cuGraphConditionalHandleCreate_v12030 p_cuGraphConditionalHandleCreate;
     PFN_cuStreamBeginCaptureToGraph_v12030 p_cuStreamBeginCaptureToGraph;
@@ -188,6 +189,7 @@ static const pycudadrv_entry_point pycudadrv_entry_points[PYCUDADRV_N_ENTRY_POIN
     {"cuDeviceGraphMemTrim", offsetof(pycudadrv_driver_api, p_cuDeviceGraphMemTrim), 1, {11040, 0}},
     {"cuGraphCreate", offsetof(pycudadrv_driver_api, p_cuGraphCreate), 1, {10000, 0}},
     {"cuGraphNodeGetType", offsetof(pycudadrv_driver_api, p_cuGraphNodeGetType), 1, {10000, 0}},
+    {"cuGraphKernelNodeSetParams", offsetof(pycudadrv_driver_api, p_cuGraphKernelNodeSetParams), 1, {12000, 0}},
     {"cuGraphAddNode", offsetof(pycudadrv_driver_api, p_cuGraphAddNode), 0, {12030, 0}},
     {"cuGraphConditionalHandleCreate", offsetof(pycudadrv_driver_api, p_cuGraphConditionalHandleCreate), 0, {12030, 0}},
     {"cuStreamBeginCaptureToGraph", offsetof(pycudadrv_driver_api, p_cuStreamBeginCaptureToGraph), 0, {12030, 0}},

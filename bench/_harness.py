@@ -1,0 +1,359 @@
+"""The benchmark harness: :func:`setup` (CUDA present, the C floor built and
+initialised, device 0 current), the optional peers (CuPy, cuda.core),
+:class:`Row` and :func:`run_interleaved` (every row in turn, round after round,
+the C floor first and last in each round, same-round ratios only) and
+:func:`summarize`."""
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+from itertools import repeat
+from time import perf_counter_ns
+from types import SimpleNamespace
+from typing import Callable
+
+from _cfloor import BenchSetupError, CFloor, PeerSkipped, build_c_floor  # noqa: F401
+from _report import environment, log  # noqa: F401
+
+# The tiny kernel of launch_overhead.py and graph_replay.py: launched with n = 0
+# (no thread touches memory), grid 1, block 32.
+KERNEL_NAME = "bench_kernel"
+KERNEL_SRC = r"""
+extern "C" __global__ void bench_kernel(float* a, const float* b, int n, float s) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] = s * b[i] + a[i];
+}
+"""
+GRID, BLOCK = 1, 32
+N_ELEMS = 32                 # elements in the a/b buffers (the kernel reads none with n = 0)
+
+
+
+# --------------------------------------------------------------------------- set-up
+
+@dataclass
+class Bench:
+    """What :func:`setup` found: pycudadrv (``cd``), the initialised C floor, device 0
+    (current), the driver version, the host (:func:`environment`) and the run's title."""
+
+    name: str
+    cd: object
+    floor: CFloor
+    pdev: object
+    driver_version: tuple
+    env: dict
+    title: str
+
+    def report_header(self) -> dict:
+        """The first keys of the JSON report: the benchmark, the host, the device,
+        driver / pycudadrv / NVRTC versions and how the C floor was built."""
+        cd, pdev, floor, dv = self.cd, self.pdev, self.floor, self.driver_version
+        cc = pdev.compute_capability
+        try:
+            nvrtc = ".".join(map(str, cd.nvrtc_version()))
+        except Exception:  # noqa: BLE001
+            nvrtc = None
+        return {
+            "benchmark": self.name,
+            **self.env,
+            "device": {"name": pdev.name, "ordinal": pdev.ordinal, "compute_capability": list(cc), "arch": pdev.arch},
+            "driver_version": f"{dv[0]}.{dv[1]}",
+            "pycudadrv_version": cd.__version__,
+            "nvrtc_version": nvrtc,
+            "c_floor": {"compile": floor.compiler, "compiler": floor.compiler_version,
+                        "cuda_include": floor.include_dir},
+        }
+
+
+def setup(name: str, title_suffix: str, *, title_prefix: str = "",
+          check_built: Callable[[CFloor], str | None] | None = None,
+          check_ready: Callable[[CFloor], str | None] | None = None) -> Bench | None:
+    """Everything a benchmark needs before its own work: CUDA available, the C floor
+    compiled (then ``check_built(floor)``), device 0's primary context current, the C
+    floor initialised (then ``check_ready(floor)``), the host described; logs
+    ``<name>: <title>`` and the CPU / compiler line. The title is ``<title_prefix><device>,
+    driver CUDA x.y, pycudadrv v; <title_suffix>``. A check returns an error message or
+    None. Returns None, after printing ``<name>: <why>`` to stderr, when something is
+    missing (the benchmark then exits 2)."""
+    import pycudadrv as cd
+
+    def fail(msg):
+        print(f"{name}: {msg}", file=sys.stderr)
+
+    if not cd.is_available():
+        try:
+            cd.require()
+            why = "is_available() is False"
+        except Exception as e:  # noqa: BLE001 -- the reason, for the message
+            why = f"{type(e).__name__}: {e}"
+        fail(f"CUDA is not available, nothing to measure ({why})")
+        return None
+    try:
+        floor = build_c_floor()
+    except BenchSetupError as e:
+        fail(e)
+        return None
+    msg = check_built(floor) if check_built is not None else None
+    if msg:
+        fail(msg)
+        return None
+    pdev = cd.Device(0)
+    pdev.set_current()
+    try:
+        floor.init()
+    except BenchSetupError as e:
+        fail(e)
+        return None
+    msg = check_ready(floor) if check_ready is not None else None
+    if msg:
+        fail(msg)
+        return None
+    dv = cd.driver_version()
+    env = environment()
+    title = f"{title_prefix}{pdev.name}, driver CUDA {dv[0]}.{dv[1]}, pycudadrv {cd.__version__}; {title_suffix}"
+    log(f"{name}: {title}")
+    log(f"  CPU {env['cpu']}; C floor built with: {floor.compiler_version}")
+    return Bench(name, cd, floor, pdev, dv, env, title)
+
+
+def launch_hook():
+    """The pycudadrv launch hook, or None; logs a warning when there is one
+    (profiling/tracing, PYCUDADRV_PROFILE / PYCUDADRV_TRACE, would add its cost
+    to every pycudadrv row)."""
+    try:
+        from pycudadrv._launch import get_launch_hook
+        hook = get_launch_hook()
+    except ImportError:
+        hook = None
+    if hook is not None:
+        log(f"WARNING: a pycudadrv launch hook is installed ({hook!r}); the pycudadrv rows include its cost")
+    return hook
+
+
+def setup_peers(makers, enabled: bool, pdev, detail: Callable[[dict], str] | None = None):
+    """Set up the optional peer libraries: ``makers`` is ``[(name, make), ...]`` with
+    ``make()`` returning ``(payload, meta)`` or raising (PeerSkipped, or anything: the
+    peer is then skipped with the reason). ``pdev`` is made current after each (the
+    peers share its primary context). With ``detail``, logs ``  <name>: <status>`` after
+    each attempted peer, followed by ``detail(info)`` when it is ok. Returns
+    ``({name: payload} of the peers that are ok, {name: info})``, info's "status"
+    being "ok" (with meta) or "skipped: <why>"."""
+    payloads, info = {}, {}
+    for name, make in makers:
+        if not enabled:
+            info[name] = {"status": "skipped: --no-peers"}
+            continue
+        try:
+            payload, meta = make()
+        except PeerSkipped as e:
+            info[name] = {"status": f"skipped: {e}"}
+        except Exception as e:  # noqa: BLE001 -- any failure of an optional peer only skips it
+            info[name] = {"status": f"skipped: {type(e).__name__}: {e}"}
+        else:
+            payloads[name] = payload
+            info[name] = {"status": "ok", **meta}
+        finally:
+            pdev.set_current()  # the peers share the primary context; be sure it is current
+        if detail is not None:
+            st = info[name]
+            log(f"  {name}: {st['status']}{detail(st) if st['status'] == 'ok' else ''}")
+    return payloads, info
+
+
+def cupy_bench_kernel():
+    """CuPy's set-up of the benchmarks' kernel: a namespace with ``cupy``, ``kernel`` (a
+    RawKernel of bench_kernel), ``stream`` (non-blocking), ``a`` = 0 and ``b`` = 1 (N_ELEMS
+    float32), ``grid``, ``block`` and ``args`` (n = 0, s = 1); the kernel launched once on the
+    stream (compiling and loading it, outside any capture) and synchronised. Raises
+    PeerSkipped when CuPy is not installed."""
+    import numpy as np
+
+    try:
+        import cupy
+    except ImportError as e:
+        raise PeerSkipped(f"not installed ({e})") from None
+    kernel = cupy.RawKernel(KERNEL_SRC, KERNEL_NAME)
+    st = cupy.cuda.Stream(non_blocking=True)
+    a = cupy.zeros(N_ELEMS, dtype=cupy.float32)
+    b = cupy.ones(N_ELEMS, dtype=cupy.float32)
+    cupy.cuda.Device(0).synchronize()
+    grid, block = (GRID,), (BLOCK,)
+    args = (a, b, np.int32(0), np.float32(1.0))
+    with st:
+        kernel(grid, block, args)  # probe: compiles and loads the kernel outside any capture
+    st.synchronize()
+    return SimpleNamespace(cupy=cupy, kernel=kernel, stream=st, a=a, b=b, grid=grid, block=block, args=args)
+
+
+def cuda_core_peer(pdev):
+    """cuda.core (``cuda.core``, else ``cuda.core.experimental``): a namespace with its
+    ``Device``, ``LaunchConfig``, ``Program``, ``ProgramOptions`` and ``launch``, the
+    ``module`` they came from, the package ``version``, its ``device`` for ``pdev`` (made
+    current) and a new ``stream`` of it. Raises PeerSkipped when cuda.core is not installed."""
+    try:
+        try:
+            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+            modname = "cuda.core"
+        except ImportError:
+            from cuda.core.experimental import Device, LaunchConfig, Program, ProgramOptions, launch
+            modname = "cuda.core.experimental"
+        import cuda.core as cc_pkg
+        version = getattr(cc_pkg, "__version__", "?")
+    except ImportError as e:
+        raise PeerSkipped(f"not installed ({e})") from None
+    dev = Device(pdev.ordinal)
+    dev.set_current()
+    stream = dev.create_stream()
+    return SimpleNamespace(Device=Device, LaunchConfig=LaunchConfig, Program=Program, ProgramOptions=ProgramOptions,
+                           launch=launch, module=modname, version=version, device=dev, stream=stream)
+
+
+def sync_all_streams(syncs, pdev) -> Callable[[], None]:
+    """A function that calls every one of ``syncs`` (stream synchronize methods; each
+    stream once, in order), then makes ``pdev``'s context current again."""
+    unique, seen = [], set()
+    for f in syncs:
+        key = id(getattr(f, "__self__", f))
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+
+    def sync_all():
+        for f in unique:
+            f()
+        pdev.set_current()
+    return sync_all
+
+
+
+# --------------------------------------------------------------------------- interleaved rounds
+
+@dataclass
+class Row:
+    """One line of a benchmark table.
+
+    ``run(n)`` makes ``n`` launches and returns the nanoseconds they took (its
+    own timing region covers the launches only); ``sync()`` waits for the
+    row's stream. A row that is not ``essential`` (a peer library) is dropped,
+    with the reason kept, if it raises; an essential one stops the benchmark."""
+
+    name: str
+    run: Callable[[int], int]
+    sync: Callable[[], None]
+    essential: bool = True
+    target: float | None = None
+    keep: object = None   # objects the row's closures need alive (a peer's kernel, stream, buffers)
+
+
+@dataclass
+class Interleaved:
+    """Per-round figures of one interleaved benchmark (nanoseconds per round)."""
+
+    launches: int
+    floor_first_ns: list
+    floor_last_ns: list
+    rows: dict          # name -> list of ns per round
+    drain_ns: dict      # name -> list of ns the row's stream took to drain after its launches
+    dropped: dict       # name -> reason
+
+    @property
+    def floor_ns(self) -> list:
+        return [(a + b) / 2 for a, b in zip(self.floor_first_ns, self.floor_last_ns)]
+
+    def ratios(self, name: str) -> list:
+        return [t / f for t, f in zip(self.rows[name], self.floor_ns)]
+
+    def per_launch_us(self, values_ns) -> list:
+        return [v / self.launches / 1e3 for v in values_ns]
+
+
+def loop_call0(f):
+    """A row's run(n): n x f(), timed (the launches only)."""
+    def run(n):
+        it = repeat(None, n)
+        t0 = perf_counter_ns()
+        for _ in it:
+            f()
+        return perf_counter_ns() - t0
+    return run
+
+
+def _time_row(row: Row, n: int) -> tuple[int, int]:
+    """(launch ns, drain ns): the row's launches, then its stream's synchronize
+    (timed apart), so the next row starts with nothing queued."""
+    elapsed = row.run(n)
+    t0 = perf_counter_ns()
+    row.sync()
+    return elapsed, perf_counter_ns() - t0
+
+
+def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, warmup_rounds: int = 1,
+                    rotate: bool = True, sync_all: Callable[[], None] | None = None,
+                    label: str = "", log: Callable[[str], None] = print) -> Interleaved:
+    """Run ``warmup_rounds`` uncounted rounds, then ``rounds`` rounds. Each round
+    times ``floor``, every row in turn (their order rotated by one each round
+    when ``rotate``, so no row always follows the floor), then ``floor`` again;
+    the round's floor is the mean of its two floor measurements. ``sync_all``
+    ends each round (every stream idle)."""
+    rows = list(rows)
+    res = Interleaved(launches, [], [], {r.name: [] for r in rows}, {r.name: [] for r in rows}, {})
+    res.drain_ns[floor.name] = []
+    total = warmup_rounds + rounds
+    for k in range(total):
+        counted = k >= warmup_rounds
+        shift = (k % len(rows)) if (rotate and rows) else 0
+        order = rows[shift:] + rows[:shift]
+        first, d0 = _time_row(floor, launches)
+        for row in order:
+            if row.name in res.dropped:
+                continue
+            try:
+                t, d = _time_row(row, launches)
+            except Exception as e:  # noqa: BLE001 -- a peer failing must not stop the benchmark
+                if row.essential:
+                    raise
+                res.dropped[row.name] = f"{type(e).__name__}: {e}"
+                log(f"  [{label}] {row.name}: dropped ({res.dropped[row.name]})")
+                try:
+                    row.sync()
+                except Exception:  # noqa: BLE001
+                    pass
+                continue
+            if counted:
+                res.rows[row.name].append(t)
+                res.drain_ns[row.name].append(d)
+        last, d1 = _time_row(floor, launches)
+        if sync_all is not None:
+            sync_all()
+        if counted:
+            res.floor_first_ns.append(first)
+            res.floor_last_ns.append(last)
+            res.drain_ns[floor.name].append((d0 + d1) / 2)
+            fl = (first + last) / 2
+            log(f"  [{label}] round {k - warmup_rounds + 1}/{rounds}: floor "
+                f"{fl / launches / 1e3:.3f} us/launch")
+        else:
+            log(f"  [{label}] warm-up round {k + 1}/{warmup_rounds} done")
+    for name in list(res.dropped):
+        res.rows.pop(name, None)
+        res.drain_ns.pop(name, None)
+    return res
+
+
+def median_or_nan(values) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def summarize(values: list) -> dict:
+    """median, quartiles (p25, p75), min, max, mean and count of a list of numbers."""
+    if not values:
+        return {"n": 0}
+    if len(values) >= 2:
+        q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    else:
+        q1 = q3 = values[0]
+    return {"median": statistics.median(values), "p25": q1, "p75": q3, "min": min(values), "max": max(values),
+            "mean": statistics.fmean(values), "n": len(values)}
+
+

@@ -1,0 +1,457 @@
+"""Awaitable GPU work for asyncio (the cuda-async model): a launch returns a
+:class:`GpuFuture` that an ``await`` turns into "resume when the GPU is done".
+
+>>> async def step(x, y):
+...     await aio.launch(fn, grid, block, y, x, n)      # the stream comes from the device policy
+...     await aio.wait(stream)                           # everything queued on `stream` so far
+...     await q.launch(fn2, grid, block, y)              # a Queue submission
+
+Nothing blocks a thread per pending future. Completion comes one of two ways
+(:func:`set_completion`):
+
+* ``"host_func"`` (default): the stream's event is waited for by a private
+  signal stream (one per user stream, so the user's stream never waits for
+  Python), which runs a host function (``cuLaunchHostFunc``) on a driver
+  thread; it only calls ``loop.call_soon_threadsafe``. The driver skips host
+  functions once the context has faulted, so a slow watchdog
+  (``cuEventQuery`` every ``watchdog_ms``) finds faults.
+* ``"poll"``: one task per event loop queries the pending events
+  (``cuEventQuery``), yielding to the loop between sweeps: with
+  ``asyncio.sleep(0)`` for ``spin_us`` after the last completion, then every
+  ``interval_ms``.
+
+``bench/await_latency.py`` measures both (median and p99 of completion to
+resumption) against a blocking ``synchronize()``.
+
+Errors: once the work reports completion its event is queried; a fault raises
+CudaError (naming the awaited work) in the tasks awaiting it and nowhere else.
+Cancelling an awaiting task never touches the GPU work: the future stays
+registered, keeping the launch's arguments alive, until the GPU has finished.
+
+Works under asyncio and anyio's asyncio backend; trio has no asyncio loop
+and is not supported.
+"""
+from __future__ import annotations
+
+import time
+import weakref
+from collections import deque
+
+from pycudadrv._device import Device, get_current_device
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, StateError
+from pycudadrv._stream import Event, Stream
+
+__all__ = ["GpuFuture", "DevicePolicy", "wait", "launch", "submit", "policy", "set_policy", "set_completion",
+           "get_completion"]
+
+_PENDING, _DONE, _FAILED = 0, 1, 2
+_MODES = ("host_func", "poll")
+_config = {"mode": "host_func", "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
+_events: dict = {}          # device ordinal -> [Event(timing=False)] ready for reuse
+_signal_streams: dict = {}  # user stream handle -> private signal Stream (host_func mode)
+_misc_signal: dict = {}     # device ordinal -> [Streams] for events of unknown streams, and a turn counter
+_policies: dict = {}        # device ordinal -> DevicePolicy
+_completers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None, spin_us: float | None = None,
+                   interval_ms: float | None = None) -> dict:
+    """Choose how awaited work reports completion: ``"host_func"`` or
+    ``"poll"`` (see the module docs), and its timings in ms / us. Returns the
+    previous settings (a dict; ``set_completion(**prev)`` restores them).
+    Applies to futures armed from now on. Raises ArgumentValueError for an
+    unknown mode or a non-positive time."""
+    prev = dict(_config)
+    if mode is not None:
+        if mode not in _MODES:
+            raise ArgumentValueError(f"aio.set_completion: mode must be one of {_MODES}, got {mode!r}")
+        _config["mode"] = mode
+    for key, v in (("watchdog_ms", watchdog_ms), ("spin_us", spin_us), ("interval_ms", interval_ms)):
+        if v is not None:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (v == 0 and key != "spin_us"):
+                raise ArgumentValueError(f"aio.set_completion: {key} must be a positive number, got {v!r}")
+            _config[key] = float(v)
+    return prev
+
+
+def get_completion() -> dict:
+    """The current completion settings: ``{"mode", "watchdog_ms", "spin_us", "interval_ms"}``."""
+    return dict(_config)
+
+
+def _asyncio():
+    import asyncio
+    return asyncio
+
+
+def _running_loop():
+    try:
+        return _asyncio().get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _event(device) -> Event:
+    pool = _events.get(device.ordinal)
+    if pool:
+        return pool.pop()
+    return Event(timing=False, device=device)
+
+
+class GpuFuture:
+    """GPU work that can be awaited: made by :func:`launch`, :func:`submit`
+    and :func:`wait`.
+
+    ``await fut`` resumes the task once the work has finished, or raises its
+    CudaError. :meth:`done` asks without blocking, :meth:`result` blocks the
+    thread (``cuEventSynchronize``). ``label`` names the work."""
+
+    __slots__ = ("label", "stream", "_event", "_keep", "_state", "_error", "_waiters", "_armed", "_ordered",
+                 "_exposed", "_key", "__weakref__")
+
+    def __init__(self, label, stream, event, keep=None, *, ordered=False, exposed=True):
+        self.label = label
+        self.stream = stream
+        self._event = event
+        self._keep = keep
+        self._state = _PENDING
+        self._error = None
+        self._waiters = []
+        self._armed = None       # the loop whose completer watches it
+        self._ordered = ordered  # recorded just now on `stream`: completes in order with that stream's others
+        self._exposed = exposed  # the event belongs to someone else: never reuse it
+        self._key = None         # its group in the completer
+
+    @property
+    def event(self) -> Event:
+        """The Event recorded after the work (never reused once asked for)."""
+        self._exposed = True
+        return self._event
+
+    def _check(self) -> bool:
+        """Finish the future if its event completed (or failed); whether it is finished."""
+        if self._state != _PENDING:
+            return True
+        try:
+            if not self._event.query():
+                return False
+        except CaptureError:
+            return False
+        except CudaError as err:
+            self._error = CudaError(err.code, err.name, err.description, err.call,
+                                    f"asynchronous error of {self.label}" + (f" on {self.stream!r}" if self.stream
+                                                                             is not None else "")
+                                    + (f"\n{err.context}" if err.context else ""))
+            self._error.__cause__ = err
+            self._finish(_FAILED)
+            return True
+        except Exception as err:    # e.g. the event was closed: the waiters get the error, the loop goes on
+            self._error = err
+            self._finish(_FAILED)
+            return True
+        self._finish(_DONE)
+        return True
+
+    def _finish(self, state):
+        self._state = state
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if fut.done():
+                continue
+            loop = fut.get_loop()
+            if loop is _running_loop():
+                fut.set_result(None)
+            else:
+                loop.call_soon_threadsafe(_resolve, fut)
+        self._keep = None
+        if state == _DONE and not self._exposed:
+            _events.setdefault(self._event.device.ordinal, []).append(self._event)
+            self._event = None
+
+    def done(self) -> bool:
+        """True once the work has finished or failed; never blocks (``cuEventQuery``)."""
+        return self._check()
+
+    def result(self):
+        """Block the thread until the work finishes (``cuEventSynchronize``);
+        raises its CudaError if it failed."""
+        if self._state == _PENDING:
+            try:
+                self._event.synchronize()
+            except CudaError:
+                pass            # _check turns it into this future's error
+            self._check()
+        if self._state == _FAILED:
+            raise self._error
+        return None
+
+    def exception(self):
+        """The CudaError of failed work, None if it succeeded; blocks like :meth:`result`."""
+        try:
+            self.result()
+        except CudaError as e:
+            return e
+        return None
+
+    def __await__(self):
+        if self._state == _PENDING and not self._check():
+            loop = _running_loop()
+            if loop is None:
+                raise StateError("a GpuFuture is awaited from an asyncio event loop (anyio on the asyncio backend "
+                                 "works; trio is not supported); from plain code call .result()")
+            if self._armed is not loop:
+                self._ordered = False        # armed late: other futures of its stream may be behind it
+                _completer(loop).arm(self)
+            fut = loop.create_future()
+            self._waiters.append(fut)
+            yield from fut
+        if self._state == _FAILED:
+            raise self._error
+        return None
+
+    def __repr__(self):
+        state = ("pending", "done", "failed")[self._state]
+        return f"<GpuFuture {self.label}, {state}>"
+
+
+def _resolve(fut):
+    if not fut.done():
+        fut.set_result(None)
+
+
+class _Completer:
+    """The futures one event loop waits for, and how it learns they finished."""
+
+    def __init__(self, loop):
+        self.loop = loop
+        self.groups = {}        # key -> deque of GpuFutures (one stream's, in record order, or a lone one)
+        self.count = 0
+        self.timer = None       # the watchdog's TimerHandle (host_func mode)
+        self.task = None        # the polling task (poll mode)
+        self.last_progress = 0.0
+
+    def arm(self, gf):
+        gf._armed = self.loop
+        key = gf._key = gf.stream.handle if (gf._ordered and gf.stream is not None) else id(gf)
+        dq = self.groups.get(key)
+        if dq is None:
+            dq = self.groups[key] = deque()
+        dq.append(gf)
+        self.count += 1
+        if _config["mode"] == "host_func":
+            try:
+                sig = _signal_stream_for(gf.stream if gf._ordered else None, gf._event.device)
+                sig.wait(gf._event)
+                loop = self.loop
+                sig.launch_host_func(lambda: _post(loop, self._signaled, gf))
+            except (CaptureError, CudaError):
+                pass            # a capture forbids it, or a fault came first: the watchdog finds out
+            self._schedule_watchdog()
+        else:
+            self.last_progress = time.perf_counter()
+            if self.task is None or self.task.done():
+                self.task = self.loop.create_task(self._poll())
+
+    def _signaled(self, gf):
+        """On the loop, after gf's host function ran: finish it and what is before it."""
+        if gf._check():
+            self._drain(gf._key)
+
+    def _drain(self, key) -> bool:
+        dq = self.groups.get(key)
+        progressed = False
+        while dq:
+            gf = dq[0]
+            if gf._state == _PENDING and not gf._check():
+                break
+            dq.popleft()
+            self.count -= 1
+            progressed = True
+        if dq is not None and not dq:
+            del self.groups[key]
+        return progressed
+
+    def sweep(self) -> bool:
+        """Finish what has completed (each group's front first); whether anything finished."""
+        progressed = False
+        for key in list(self.groups):
+            if self._drain(key):
+                progressed = True
+        return progressed
+
+    def _schedule_watchdog(self):
+        if self.timer is None and self.count:
+            self.timer = self.loop.call_later(_config["watchdog_ms"] / 1e3, self._watchdog)
+
+    def _watchdog(self):
+        self.timer = None
+        self.sweep()
+        self._schedule_watchdog()
+
+    async def _poll(self):
+        asyncio = _asyncio()
+        while self.count:
+            now = time.perf_counter()
+            if self.sweep():
+                self.last_progress = now
+            if not self.count:
+                break
+            if (now - self.last_progress) * 1e6 < _config["spin_us"]:
+                await asyncio.sleep(0)
+            else:
+                await asyncio.sleep(_config["interval_ms"] / 1e3)
+
+
+def _post(loop, fn, arg):
+    """Runs on a driver thread (cuLaunchHostFunc): no CUDA here, just wake the loop."""
+    try:
+        loop.call_soon_threadsafe(fn, arg)
+    except RuntimeError:        # the loop was closed meanwhile; the watchdog is gone with it
+        pass
+
+
+def _completer(loop) -> _Completer:
+    c = _completers.get(loop)
+    if c is None:
+        c = _completers[loop] = _Completer(loop)
+    return c
+
+
+def _signal_stream_for(stream, device) -> Stream:
+    if stream is not None:
+        sig = _signal_streams.get(stream.handle)
+        if sig is None:
+            sig = _signal_streams[stream.handle] = Stream(stream.device)
+        return sig
+    slot = _misc_signal.get(device.ordinal)
+    if slot is None:
+        slot = _misc_signal[device.ordinal] = [[Stream(device) for _ in range(4)], 0]
+    streams, turn = slot
+    slot[1] = (turn + 1) % len(streams)
+    return streams[turn]
+
+
+def _as_stream(stream, device) -> Stream:
+    return stream if isinstance(stream, Stream) else Stream.from_handle(stream, device)
+
+
+def _new_future(label, stream, keep, ordered=True):
+    ev = _event(stream.device)
+    try:
+        ev.record(stream)
+    except CudaError as err:    # a fault already: of this work or of earlier work on the device
+        raise CudaError(err.code, err.name, err.description, err.call,
+                        f"asynchronous error found right after queueing {label} on {stream!r} (by it or by "
+                        "earlier work)" + (f"\n{err.context}" if err.context else "")) from err
+    gf = GpuFuture(label, stream, ev, keep, ordered=ordered, exposed=False)
+    loop = _running_loop()
+    if loop is not None:
+        _completer(loop).arm(gf)
+    return gf
+
+
+class DevicePolicy:
+    """Picks the stream of each launch that does not name one: round robin
+    over a pool of owned streams (cuda-async's default policy).
+
+    Work given to different streams may run concurrently and in any order:
+    launches that depend on each other are awaited in turn, given one
+    ``stream=``, or submitted through a :class:`pycudadrv.Queue`.
+
+    Raises ArgumentValueError for fewer than 1 stream."""
+
+    def __init__(self, device=None, streams: int = 4):
+        if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+            raise ArgumentValueError(f"DevicePolicy: streams must be an int >= 1, got {streams!r}")
+        self._streams = [Stream(device) for _ in range(streams)]
+        self.device = self._streams[0].device
+        self._turn = 0
+
+    @property
+    def streams(self) -> tuple:
+        """The pool's Streams."""
+        return tuple(self._streams)
+
+    def next_stream(self) -> Stream:
+        """The stream for the next launch."""
+        k = self._turn
+        self._turn = (k + 1) % len(self._streams)
+        return self._streams[k]
+
+    def __repr__(self):
+        return f"<DevicePolicy round robin over {len(self._streams)} streams of device {self.device.ordinal}>"
+
+
+def policy(device=None) -> DevicePolicy:
+    """The device's policy (a round-robin :class:`DevicePolicy` over 4
+    streams, made on first use, unless :func:`set_policy` gave another)."""
+    dev = get_current_device() if device is None else (device if isinstance(device, Device) else Device(device))
+    p = _policies.get(dev.ordinal)
+    if p is None:
+        p = _policies[dev.ordinal] = DevicePolicy(dev)
+    return p
+
+
+def set_policy(new, device=None):
+    """Make ``new`` (anything with ``next_stream()``) the device's policy;
+    returns the previous one. Raises ArgumentTypeError otherwise."""
+    if not callable(getattr(new, "next_stream", None)):
+        raise ArgumentTypeError(f"aio.set_policy: the policy needs a next_stream() method, got {type(new).__name__}")
+    prev = policy(device)
+    _policies[prev.device.ordinal] = new
+    return prev
+
+
+def launch(fn, grid, block, *args, stream=None, **launch_kw) -> GpuFuture:
+    """Launch ``fn`` now (as :meth:`Function.launch`, with ``launch_kw``) on
+    ``stream`` or the device policy's next stream; returns a
+    :class:`GpuFuture` that keeps ``args`` alive until the GPU is done.
+    Raises what :meth:`Function.launch` raises."""
+    s = policy(fn.device).next_stream() if stream is None else _as_stream(stream, fn.device)
+    fn.launch(grid, block, *args, stream=s, **launch_kw)
+    return _new_future(f"kernel '{fn.name}'", s, args)
+
+
+def submit(prepared, *, stream=None) -> GpuFuture:
+    """Launch a :class:`PreparedLaunch` now, on its bound stream or on
+    ``stream`` (``PreparedLaunch.launch_on``); returns a :class:`GpuFuture`
+    that keeps it (and its arguments) alive until the GPU is done."""
+    if stream is None:
+        prepared.launch()
+        s = prepared.stream
+    else:
+        s = _as_stream(stream, prepared.function.device)
+        prepared.launch_on(s)
+    return _new_future(f"kernel '{prepared.function.name}' (prepared)", s, prepared)
+
+
+def wait(what) -> GpuFuture:
+    """An awaitable for ``what``: an :class:`Event` (once its recorded work is
+    done), a :class:`Stream` (the work queued on it so far: an event is
+    recorded now), a :class:`pycudadrv.Submission` of a Queue, or a
+    GpuFuture (returned as it is).
+
+    Raises ArgumentTypeError for anything else; StateError for an Event never
+    recorded or a submission that was captured into a graph."""
+    if isinstance(what, GpuFuture):
+        return what
+    if isinstance(what, Stream):
+        return _new_future(f"work queued on {what!r}", what, None)
+    if isinstance(what, Event):
+        if not what.is_recorded:
+            raise StateError("aio.wait(event): the event was never recorded; record it on a stream first")
+        gf = GpuFuture("an event", None, what, None)
+    else:
+        from pycudadrv.queue import Submission
+        if not isinstance(what, Submission):
+            raise ArgumentTypeError(f"aio.wait: expected an Event, a Stream, a Queue Submission or a GpuFuture, got "
+                                    f"{type(what).__name__}")
+        if what.done:
+            gf = GpuFuture(what.label, what.stream, None, what)
+            gf._state = _DONE
+            return gf
+        gf = GpuFuture(what.label, what.stream, what.event, what)
+    loop = _running_loop()
+    if loop is not None:
+        _completer(loop).arm(gf)
+    return gf

@@ -1,0 +1,524 @@
+"""Linking device code: :class:`Linker` (nvJitLink: LTO-IR, PTX, CUBIN,
+fatbins and libraries into one CUBIN, with link-time optimisation) and
+:func:`build_fatbin` (nvFatbin: several CUBINs and PTX in one fatbin).
+
+Both libraries are loaded at run time, like NVRTC: ``$PYCUDADRV_NVJITLINK`` /
+``$PYCUDADRV_NVFATBIN`` (a path; no fallback when set), the ``nvidia-nvjitlink``
+/ ``nvidia-nvfatbin`` wheels, ``$CUDA_HOME``/``$CUDA_PATH``, ``/usr/local/cuda``,
+then the system loader. Neither needs a GPU.
+
+>>> import pycudadrv as cd
+>>> a = cd.compile(kernel_calling_f, arch="sm_90", target="ltoir")
+>>> b = cd.compile(definition_of_f, arch="sm_90", target="ltoir")
+>>> mod = cd.Linker(arch="sm_90").add(a).add(b).link().load()
+"""
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import os
+import struct
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, Union
+
+from pycudadrv import _compile_cache
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LinkError, LinkerUnavailableError
+from pycudadrv.nvrtc import ObjectCode, _nvrtc_error, _parse_arch, _strings, run_interruptible
+
+__all__ = ["Linker", "build_fatbin", "fatbin_entries", "nvjitlink_version", "nvfatbin_version",
+           "device_runtime_library", "LinkError", "LinkerUnavailableError"]
+
+InputKind = Literal["cubin", "ptx", "ltoir", "fatbin", "object", "library"]
+#: nvJitLinkInputType of each input kind.
+_NVJITLINK_INPUT = {"cubin": 1, "ptx": 2, "ltoir": 3, "fatbin": 4, "object": 5, "library": 6}
+_NVJITLINK_RESULTS = [
+    "NVJITLINK_SUCCESS", "NVJITLINK_ERROR_UNRECOGNIZED_OPTION", "NVJITLINK_ERROR_MISSING_ARCH",
+    "NVJITLINK_ERROR_INVALID_INPUT", "NVJITLINK_ERROR_PTX_COMPILE", "NVJITLINK_ERROR_NVVM_COMPILE",
+    "NVJITLINK_ERROR_INTERNAL", "NVJITLINK_ERROR_THREADPOOL", "NVJITLINK_ERROR_UNRECOGNIZED_INPUT",
+    "NVJITLINK_ERROR_FINALIZE", "NVJITLINK_ERROR_NULL_INPUT", "NVJITLINK_ERROR_INCOMPATIBLE_OPTIONS",
+    "NVJITLINK_ERROR_INCORRECT_INPUT_TYPE", "NVJITLINK_ERROR_ARCH_MISMATCH", "NVJITLINK_ERROR_OUTDATED_LIBRARY",
+    "NVJITLINK_ERROR_MISSING_FATBIN", "NVJITLINK_ERROR_UNRECOGNIZED_ARCH", "NVJITLINK_ERROR_UNSUPPORTED_ARCH",
+    "NVJITLINK_ERROR_LTO_NOT_ENABLED"]
+LTOIR_MAGIC = b"\xedCN\x7f"
+FATBIN_MAGIC = b"\x50\xed\x55\xba"
+ARCHIVE_MAGIC = b"!<arch>\n"
+#: Fatbin entry kinds (the ``kind`` field of each entry header), as cuobjdump names them.
+FATBIN_KINDS = {1: "ptx", 2: "cubin", 8: "ltoir"}
+# Unresolved symbols that mean the device runtime (libcudadevrt) is missing from a link.
+_DEVRT_SYMBOLS = ("__cudaCDP", "cudaGetParameterBuffer", "cudaLaunchDevice", "cudaCGGet", "cudaDeviceSynchronize",
+                  "__cudaRegisterLinkedBinary", "cudaGetLastError")
+
+_libs: dict[str, tuple[ctypes.CDLL, str]] = {}
+_lock = threading.Lock()
+
+
+def _link_error(message: str, log: str = "", code: int | None = None) -> LinkError:
+    err: LinkError = LinkError(message, log=log, code=code)  # type: ignore[no-untyped-call,unused-ignore]
+    return err
+
+
+def _candidates(stem: str, subdirs: Sequence[str], sonames: Sequence[str]) -> Iterable[str]:
+    try:
+        import nvidia  # type: ignore[import-untyped,import-not-found,unused-ignore]  # the nvidia-* wheels
+
+        for base in list(nvidia.__path__):
+            for sub in subdirs:
+                yield from sorted(glob.glob(os.path.join(base, sub, stem + ".so*")), reverse=True)
+    except ImportError:
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            yield from sorted(glob.glob(os.path.join(root, "lib64", stem + ".so*")), reverse=True)
+    yield from sorted(glob.glob(f"/usr/local/cuda/lib64/{stem}.so*"), reverse=True)
+    yield from sonames
+
+
+def _load(what: str) -> tuple[ctypes.CDLL, str]:
+    """nvJitLink (``what="nvjitlink"``) or nvFatbin (``"nvfatbin"``), loaded once."""
+    got = _libs.get(what)
+    if got is not None:
+        return got
+    if what == "nvjitlink":
+        stem, env_var, probe, pkg = "libnvJitLink", "PYCUDADRV_NVJITLINK", "nvJitLinkCreate", "nvidia-nvjitlink"
+        subs = ("cu13/lib", "nvjitlink/lib", "cu12/lib")
+    else:
+        stem, env_var, probe, pkg = "libnvfatbin", "PYCUDADRV_NVFATBIN", "nvFatbinCreate", "nvidia-nvfatbin"
+        subs = ("cu13/lib", "nvfatbin/lib", "cu12/lib")
+    sonames = (f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so")
+    with _lock:
+        got = _libs.get(what)
+        if got is not None:
+            return got
+        env = os.environ.get(env_var)
+        cands = [env] if env else list(_candidates(stem, subs, sonames))
+        errors = []
+        for cand in cands:
+            try:
+                lib = ctypes.CDLL(cand)
+                getattr(lib, probe)
+            except (OSError, AttributeError) as e:
+                errors.append(f"{cand}: {e}")
+                continue
+            _declare(lib, what)
+            _libs[what] = (lib, cand)
+            return lib, cand
+        name = "nvJitLink" if what == "nvjitlink" else "nvFatbin"
+        if env:
+            raise LinkerUnavailableError(f"{env_var}={env!r} is not a loadable {name} library: {errors[0]}")
+        raise LinkerUnavailableError(
+            f"{name} ({stem}) not found; looked at: {', '.join(cands)}. Install it with `pip install {pkg}` "
+            f"(a CUDA toolkit's lib64 works too), or set {env_var} to the library's path.")
+
+
+def _declare(lib: ctypes.CDLL, what: str) -> None:
+    P, S, C, U = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_uint
+    PP = ctypes.POINTER(P)
+    if what == "nvjitlink":
+        sigs: dict[str, list[Any]] = {
+            "nvJitLinkCreate": [PP, ctypes.c_uint32, ctypes.POINTER(C)], "nvJitLinkDestroy": [PP],
+            "nvJitLinkAddData": [P, ctypes.c_int, C, S, C], "nvJitLinkComplete": [P],
+            "nvJitLinkGetLinkedCubinSize": [P, ctypes.POINTER(S)], "nvJitLinkGetLinkedCubin": [P, C],
+            "nvJitLinkGetErrorLogSize": [P, ctypes.POINTER(S)], "nvJitLinkGetErrorLog": [P, C],
+            "nvJitLinkGetInfoLogSize": [P, ctypes.POINTER(S)], "nvJitLinkGetInfoLog": [P, C],
+            "nvJitLinkVersion": [ctypes.POINTER(U), ctypes.POINTER(U)]}
+    else:
+        sigs = {"nvFatbinCreate": [PP, ctypes.POINTER(C), S], "nvFatbinDestroy": [PP],
+                "nvFatbinAddPTX": [P, C, S, C, C, C], "nvFatbinAddCubin": [P, C, S, C, C],
+                "nvFatbinAddLTOIR": [P, C, S, C, C, C], "nvFatbinSize": [P, ctypes.POINTER(S)],
+                "nvFatbinGet": [P, C], "nvFatbinVersion": [ctypes.POINTER(U), ctypes.POINTER(U)]}
+        lib.nvFatbinGetErrorString.argtypes = [ctypes.c_int]
+        lib.nvFatbinGetErrorString.restype = C
+    for name, args in sigs.items():
+        if not hasattr(lib, name):
+            continue   # nvJitLinkVersion is 12.3+: the others are checked when used
+        f = getattr(lib, name)
+        f.argtypes = args
+        f.restype = ctypes.c_int
+
+
+def _version(what: str) -> tuple[int, int]:
+    lib, _path = _load(what)
+    fn = getattr(lib, "nvJitLinkVersion" if what == "nvjitlink" else "nvFatbinVersion", None)
+    a, b = ctypes.c_uint(), ctypes.c_uint()
+    if fn is None or fn(ctypes.byref(a), ctypes.byref(b)) != 0:
+        return (0, 0)
+    return (a.value, b.value)
+
+
+def nvjitlink_version() -> tuple[int, int]:
+    """``(major, minor)`` of the nvJitLink that :class:`Linker` uses (``nvJitLinkVersion``;
+    (0, 0) for a library too old to say). Raises LinkerUnavailableError when none is found."""
+    return _version("nvjitlink")
+
+
+def nvfatbin_version() -> tuple[int, int]:
+    """``(major, minor)`` of the nvFatbin that :func:`build_fatbin` uses.
+    Raises LinkerUnavailableError when none is found."""
+    return _version("nvfatbin")
+
+
+def _identity(what: str) -> list[Any]:
+    _lib, path = _load(what)
+    if not os.path.isabs(path):
+        path = _compile_cache.loaded_path(os.path.basename(path).split(".so")[0]) or path
+    return [*_version(what), *_compile_cache.library_identity(path)]
+
+
+# --- nvFatbin -----------------------------------------------------------------------------------
+
+def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str = "kernel.cu",
+                 options: Sequence[str] = ()) -> bytes:
+    """A fatbin holding ``entries``: ``(kind, data, arch)`` with kind
+    ``"cubin"``, ``"ptx"`` or ``"ltoir"`` and arch ``"sm_90"`` style
+    (``nvFatbinCreate``, ``nvFatbinAddCubin``/``AddPTX``/``AddLTOIR``,
+    ``nvFatbinGet``). ``identifier`` names the entries for tools such as
+    cuobjdump; ``options`` go to ``nvFatbinCreate`` (e.g. ``"-compress=false"``).
+
+    Raises
+    ------
+    LinkerUnavailableError
+        nvFatbin is not installed (``pip install nvidia-nvfatbin``).
+    LinkError
+        nvFatbin refused an entry (e.g. a CUBIN whose ELF architecture is not
+        ``arch``); ``code`` is the ``nvFatbinResult``.
+    ArgumentValueError
+        An unknown kind or a malformed arch.
+    """
+    lib, _path = _load("nvfatbin")
+    opts = [o.encode() for o in _strings(options, "options", who="build_fatbin")]
+    handle = ctypes.c_void_p()
+
+    def check(code: int, what: str) -> None:
+        if code != 0:
+            raise _link_error(f"{what} failed: {lib.nvFatbinGetErrorString(code).decode(errors='replace')} "
+                              f"(nvFatbin {'.'.join(map(str, nvfatbin_version()))})", code=code)
+
+    copts = (ctypes.c_char_p * max(len(opts), 1))(*opts)
+    check(lib.nvFatbinCreate(ctypes.byref(handle), copts, len(opts)), "nvFatbinCreate")
+    try:
+        ident = identifier.encode()
+        for kind, data, arch in entries:
+            num = _parse_arch(arch).split("_", 1)[1].encode()
+            data = bytes(data)
+            if kind == "cubin":
+                check(lib.nvFatbinAddCubin(handle, data, len(data), num, ident), f"nvFatbinAddCubin (sm_{num.decode()})")
+            elif kind == "ptx":
+                text = data if data.endswith(b"\0") else data + b"\0"
+                check(lib.nvFatbinAddPTX(handle, text, len(text), num, ident, b""), f"nvFatbinAddPTX ({arch})")
+            elif kind == "ltoir":
+                check(lib.nvFatbinAddLTOIR(handle, data, len(data), num, ident, b""), f"nvFatbinAddLTOIR ({arch})")
+            else:
+                raise ArgumentValueError(f"build_fatbin: entry kind must be 'cubin', 'ptx' or 'ltoir', got {kind!r}")
+        n = ctypes.c_size_t()
+        check(lib.nvFatbinSize(handle, ctypes.byref(n)), "nvFatbinSize")
+        buf = ctypes.create_string_buffer(n.value)
+        check(lib.nvFatbinGet(handle, buf), "nvFatbinGet")
+        return buf.raw[:n.value]
+    finally:
+        lib.nvFatbinDestroy(ctypes.byref(handle))
+
+
+def _fatbin_object(objs: list[ObjectCode], name: str) -> ObjectCode:
+    """The fatbin of compile(arch=[...]): each CUBIN of ``objs`` (oldest first) and the newest PTX."""
+    newest = objs[-1]
+    if newest.ptx is None:
+        raise _nvrtc_error(f"NVRTC produced no PTX for {newest.arch}", newest.log, newest.options, name)
+    parts: list[tuple[str, bytes, str]] = [("cubin", o.image, o.arch) for o in objs]
+    parts.append(("ptx", newest.ptx.encode(), newest.arch))
+    image = build_fatbin(parts, identifier=name)
+    logs = [f"[{o.arch}] {o.log.strip()}" for o in objs if o.log.strip()]
+    return ObjectCode(image=image, target="fatbin", arch=newest.arch, ptx=newest.ptx, log="\n".join(logs),
+                      options=newest.options, lowered_names=dict(newest.lowered_names),
+                      nvrtc_version=newest.nvrtc_version, from_cache=all(o.from_cache for o in objs),
+                      source_decls=newest.source_decls, archs=tuple(o.arch for o in objs), name=name)
+
+
+
+def fatbin_entries(image: bytes) -> list[tuple[str, str]]:
+    """``[(kind, arch), ...]`` of the entries of a fatbin, in order, e.g.
+    ``[("cubin", "sm_80"), ("cubin", "sm_90"), ("ptx", "sm_90")]`` (kind
+    ``"ptx"``, ``"cubin"``, ``"ltoir"`` or ``"kind<N>"``). Reads only the
+    container's entry headers (magic 0xBA55ED50, 16-byte header with the
+    payload size; each entry: u16 kind, u32 header size at 4, u64 payload size
+    at 8, u32 architecture at 28), as cuobjdump lists them; compressed
+    payloads are not opened. Raises ArgumentValueError for bytes that are not
+    a well-formed fatbin."""
+    data = bytes(image)
+    if len(data) < 16 or data[:4] != FATBIN_MAGIC:
+        raise ArgumentValueError(f"fatbin_entries: not a fatbin (first bytes {data[:8]!r}, magic 0xBA55ED50 expected)")
+    _magic, _version, hsize, fsize = struct.unpack_from("<IHHQ", data, 0)
+    end = hsize + fsize
+    if hsize < 16:
+        raise ArgumentValueError(f"fatbin_entries: malformed header (header size {hsize}, at least 16 expected)")
+    if end > len(data):
+        raise ArgumentValueError(f"fatbin_entries: header says {end} bytes, the image has {len(data)}")
+    out = []
+    off = hsize
+    while off < end:
+        if off + 32 > end:
+            raise ArgumentValueError(f"fatbin_entries: truncated entry header at byte {off}")
+        kind, _ver, ehsize, psize = struct.unpack_from("<HHIQ", data, off)
+        (arch,) = struct.unpack_from("<I", data, off + 28)
+        if ehsize < 32 or off + ehsize + psize > end:
+            raise ArgumentValueError(f"fatbin_entries: entry at byte {off} overruns the fatbin")
+        out.append((FATBIN_KINDS.get(kind, f"kind{kind}"), f"sm_{arch}"))
+        off += ehsize + psize
+    return out
+
+
+# --- nvJitLink ------------------------------------------------------------------------------------
+
+def device_runtime_library() -> str:
+    """Path of ``libcudadevrt.a`` (the device runtime: dynamic parallelism),
+    from the nvidia-cuda-runtime wheel, ``$CUDA_HOME``/``$CUDA_PATH`` or
+    ``/usr/local/cuda``. Raises LinkerUnavailableError when there is none."""
+    cands = []
+    try:
+        import nvidia  # type: ignore[import-untyped,import-not-found,unused-ignore]
+
+        for base in list(nvidia.__path__):
+            cands += sorted(glob.glob(os.path.join(base, "*", "lib", "libcudadevrt.a")))
+    except ImportError:
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        root = os.environ.get(var)
+        if root:
+            cands += [os.path.join(root, "lib64", "libcudadevrt.a"), os.path.join(root, "lib", "libcudadevrt.a")]
+    cands.append("/usr/local/cuda/lib64/libcudadevrt.a")
+    for c in cands:
+        if os.path.isfile(c):
+            return c
+    raise LinkerUnavailableError("the device runtime library libcudadevrt.a was not found; looked at: "
+                                 + ", ".join(cands) + ". Install it with `pip install nvidia-cuda-runtime` or set "
+                                 "CUDA_HOME to a CUDA toolkit.")
+
+
+def _kind_of(data: bytes) -> str:
+    head = data[:8]
+    if head[:4] == b"\x7fELF":
+        return "cubin"
+    if head[:4] == FATBIN_MAGIC:
+        return "fatbin"
+    if head[:4] == LTOIR_MAGIC:
+        return "ltoir"
+    if head == ARCHIVE_MAGIC:
+        return "library"
+    if data and all(c in (9, 10, 13) or 32 <= c < 127 for c in data[:4096].rstrip(b"\0")):
+        return "ptx"
+    raise ArgumentValueError(f"Linker.add: cannot tell what these bytes are (first bytes {head!r}); pass kind= "
+                             "('cubin', 'ptx', 'ltoir', 'fatbin', 'object' or 'library')")
+
+
+_Input = Union[ObjectCode, bytes, bytearray, memoryview, str]
+
+
+class Linker:
+    """Links device code into one CUBIN with nvJitLink, as cuda.core's
+    ``Linker`` does: LTO-IR (``compile(..., target="ltoir")``), PTX, CUBIN,
+    fatbins and static libraries, with link-time optimisation whenever an
+    input is LTO-IR.
+
+    Parameters
+    ----------
+    *objects : ObjectCode or bytes
+        Inputs to add at once (same as :meth:`add` for each).
+    arch : str, optional
+        ``"sm_90"`` style; defaults to the inputs' architecture (the newest
+        of the ObjectCode inputs), else the current device's.
+    options : str or sequence of str
+        nvJitLink options (``"-O3"``, ``"-lineinfo"``, ``"-maxrregcount=64"``,
+        ``"-ftz=1"``, ``"-Xptxas=-v"``, ...; one string is split as a shell
+        would). ``-arch`` is refused (use ``arch=``); ``-lto`` is added for LTO-IR inputs.
+    device_runtime : bool
+        Link the device runtime library (``libcudadevrt.a``,
+        :func:`device_runtime_library`), needed by kernels that launch kernels
+        (dynamic parallelism).
+    use_cache : bool
+        Look the result up in (and store it into) the disk cache of
+        ``compile()``: the key is a SHA-256 of every input's bytes and kind,
+        the options, the architecture and the nvJitLink library.
+
+    The result of :meth:`link` is an :class:`~pycudadrv.nvrtc.ObjectCode`
+    (target ``"cubin"``) that loads through the module cache; it carries the
+    PTX and the source declarations of the ObjectCode inputs, so launches know
+    each kernel's parameter types.
+    """
+
+    def __init__(self, *objects: _Input, arch: str | None = None, options: str | Sequence[str] = (),
+                 device_runtime: bool = False, use_cache: bool = True) -> None:
+        self.arch = None if arch is None else _parse_arch(arch)
+        if self.arch is not None and not self.arch.startswith("sm_"):
+            raise ArgumentValueError(f"Linker: arch must be a real architecture ('sm_90'), got {arch!r}")
+        self.options = _strings(options, "options", split=True, who="Linker")
+        for o in self.options:
+            if o.startswith(("-arch", "--gpu-architecture")):
+                raise ArgumentValueError(f"Linker: give the architecture as arch=..., not in options ({o!r})")
+        self.device_runtime = bool(device_runtime)
+        self.use_cache = bool(use_cache)
+        self._inputs: list[tuple[str, bytes, str, ObjectCode | None]] = []
+        for obj in objects:
+            self.add(obj)
+
+    def add(self, obj: _Input, kind: InputKind | None = None, name: str | None = None) -> Linker:
+        """Add one input: an ObjectCode (its target says the kind), bytes
+        (``kind`` given or told from the first bytes: ELF, fatbin, LTO-IR,
+        ``!<arch>`` archive, PTX text) or a path to a file (str). Returns the
+        Linker, so calls chain. Raises ArgumentValueError for an unknown kind
+        or bytes that cannot be told apart, ArgumentTypeError for another type."""
+        src_obj: ObjectCode | None = None
+        if isinstance(obj, ObjectCode):
+            if kind is not None and kind != obj.target:
+                raise ArgumentValueError(f"Linker.add: kind={kind!r} but the ObjectCode is {obj.target}")
+            data, kind, src_obj = obj.image, obj.target, obj  # type: ignore[assignment]
+            name = name or obj.name
+        elif isinstance(obj, str):
+            try:
+                with open(obj, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                raise ArgumentValueError(f"Linker.add: cannot read {obj!r}: {e.strerror}") from None
+            name = name or os.path.basename(obj)
+        elif isinstance(obj, (bytes, bytearray, memoryview)):
+            data = bytes(obj)
+        else:
+            raise ArgumentTypeError(f"Linker.add: an input is an ObjectCode, bytes or a file path, got "
+                                    f"{type(obj).__name__}")
+        if not data:
+            raise ArgumentValueError("Linker.add: empty input")
+        k = kind or _kind_of(data)
+        if k not in _NVJITLINK_INPUT:
+            raise ArgumentValueError(f"Linker.add: kind must be one of {sorted(_NVJITLINK_INPUT)}, got {k!r}")
+        if k == "ptx" and not data.endswith(b"\0"):
+            data += b"\0"
+        self._inputs.append((k, data, name or f"input{len(self._inputs)}.{k}", src_obj))
+        return self
+
+    def _link_arch(self) -> str:
+        if self.arch is not None:
+            return self.arch
+        archs = [o.arch for _k, _d, _n, o in self._inputs if o is not None]
+        if archs:
+            best = max(archs, key=lambda a: int(a.split("_", 1)[1].rstrip("af")))
+            return "sm_" + best.split("_", 1)[1]
+        from pycudadrv.nvrtc import _default_arch, _no_gpu_arch
+        from pycudadrv._errors import CudaError
+
+        try:
+            return _parse_arch(_default_arch())
+        except CudaError as e:
+            raise _no_gpu_arch(e, "Linker") from e
+
+    def link(self) -> ObjectCode:
+        """Link the inputs into one CUBIN (``nvJitLinkCreate``, ``nvJitLinkAddData``,
+        ``nvJitLinkComplete``, ``nvJitLinkGetLinkedCubin``).
+
+        Raises
+        ------
+        LinkError
+            nvJitLink refused the inputs; the message and ``.log`` hold its
+            error log (and a hint when the device runtime is missing); ``code``
+            is the ``nvJitLinkResult``.
+        LinkerUnavailableError
+            nvJitLink (or libcudadevrt.a) is not installed.
+        ArgumentValueError
+            No inputs.
+        KeyboardInterrupt
+            Ctrl-C during the link: raised at once; nvJitLink finishes in a
+            background thread.
+        """
+        if not self._inputs:
+            raise ArgumentValueError("Linker.link: no inputs (add ObjectCode or bytes with Linker.add)")
+        arch = self._link_arch()
+        inputs = list(self._inputs)
+        if self.device_runtime:
+            path = device_runtime_library()
+            with open(path, "rb") as f:
+                inputs.append(("library", f.read(), "libcudadevrt.a", None))
+        lto = any(k == "ltoir" for k, _d, _n, _o in inputs)
+        opts = [f"-arch={arch}", *(["-lto"] if lto and "-lto" not in self.options else []), *self.options]
+        ptx = "\n".join(o.ptx for _k, _d, _n, o in inputs if o is not None and o.ptx) or None
+        decls: dict[str, Any] = {}
+        lowered: dict[str, str] = {}
+        for _k, _d, _n, o in inputs:
+            if o is not None:
+                decls.update(o.source_decls or {})
+                lowered.update(o.lowered_names)
+        nvrtc_ver = max((o.nvrtc_version for _k, _d, _n, o in inputs if o is not None), default=(0, 0))
+        lib, _path = _load("nvjitlink")
+        version = nvjitlink_version()
+        cache_key = None
+        if self.use_cache and _compile_cache.cache_dir():
+            parts = [b"pycudadrv link v1", arch.encode(), json.dumps(opts).encode(),
+                     json.dumps(_identity("nvjitlink")).encode()]
+            for k, d, n, _o in inputs:
+                parts += [k.encode(), n.encode(), d]
+            cache_key = _compile_cache.key(*parts)
+            hit = _compile_cache.fetch(cache_key, ObjectCode)
+            if hit is not None:
+                return hit
+        cubin, info = run_interruptible([lambda _cancel: _nvjitlink(lib, inputs, opts, version)])[0]
+        obj = ObjectCode(image=cubin, target="cubin", arch=arch, ptx=ptx, log=info, options=tuple(opts),
+                         lowered_names=lowered, nvrtc_version=nvrtc_ver, source_decls=decls or None,
+                         name="+".join(n for _k, _d, n, _o in inputs), linker_version=version)
+        if cache_key is not None:
+            _compile_cache.store(cache_key, obj)
+        return obj
+
+    def __repr__(self) -> str:
+        return (f"<Linker for {self.arch or '(inputs arch)'}, {len(self._inputs)} inputs, "
+                f"options={list(self.options)}>")
+
+
+def _nvjitlink(lib: ctypes.CDLL, inputs: Sequence[tuple[str, bytes, str, ObjectCode | None]], opts: Sequence[str],
+               version: tuple[int, int]) -> tuple[bytes, str]:
+    handle = ctypes.c_void_p()
+    copts = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
+
+    def logs() -> tuple[str, str]:
+        out = []
+        for fn in ("Error", "Info"):
+            n = ctypes.c_size_t()
+            if getattr(lib, f"nvJitLinkGet{fn}LogSize")(handle, ctypes.byref(n)) != 0 or n.value <= 1:
+                out.append("")
+                continue
+            buf = ctypes.create_string_buffer(n.value)
+            getattr(lib, f"nvJitLinkGet{fn}Log")(handle, buf)
+            out.append(buf.value.decode(errors="replace"))
+        return out[0], out[1]
+
+    def fail(code: int, what: str) -> LinkError:
+        err, info = logs() if handle.value else ("", "")
+        name = _NVJITLINK_RESULTS[code] if 0 <= code < len(_NVJITLINK_RESULTS) else f"nvJitLinkResult {code}"
+        msg = (f"{what} failed: {name} (nvJitLink {version[0]}.{version[1]}, options: {' '.join(opts)}; inputs: "
+               + ", ".join(f"{n} ({k}, {len(d)} bytes)" for k, d, n, _o in inputs) + ")")
+        if any(s in err for s in _DEVRT_SYMBOLS):
+            msg += "\nAn unresolved device-runtime symbol: link with Linker(..., device_runtime=True)."
+        if code == 14:  # OUTDATED_LIBRARY: an input made by a newer compiler than this nvJitLink
+            msg += "\nAn input is newer than this nvJitLink: install an nvJitLink at least as new as the NVRTC used."
+        return _link_error(msg, log=(err + ("\n" + info if info else "")).strip(), code=code)
+
+    r = lib.nvJitLinkCreate(ctypes.byref(handle), len(opts), copts)
+    if r != 0:
+        raise fail(r, "nvJitLinkCreate")
+    try:
+        for k, d, n, _o in inputs:
+            r = lib.nvJitLinkAddData(handle, _NVJITLINK_INPUT[k], d, len(d), n.encode())
+            if r != 0:
+                raise fail(r, f"nvJitLinkAddData ({n}, {k})")
+        r = lib.nvJitLinkComplete(handle)
+        if r != 0:
+            raise fail(r, "nvJitLinkComplete")
+        size = ctypes.c_size_t()
+        r = lib.nvJitLinkGetLinkedCubinSize(handle, ctypes.byref(size))
+        if r != 0:
+            raise fail(r, "nvJitLinkGetLinkedCubinSize")
+        buf = ctypes.create_string_buffer(size.value)
+        r = lib.nvJitLinkGetLinkedCubin(handle, buf)
+        if r != 0:
+            raise fail(r, "nvJitLinkGetLinkedCubin")
+        return buf.raw[:size.value], logs()[1]
+    finally:
+        lib.nvJitLinkDestroy(ctypes.byref(handle))

@@ -1,0 +1,111 @@
+"""The khal and zyx backend behaviours: debug switches, traces, device selection
+and timed launches that are never contended."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import pycudadrv as cd
+
+pytestmark = pytest.mark.gpu
+
+SRC = r"""
+extern "C" __global__ void fill(float* y, float v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = v;
+}
+extern "C" __global__ void groups(float* out, unsigned long long out_len, const unsigned int* ind,
+                                  unsigned long long ind_len) {
+    if (threadIdx.x == 0 && blockIdx.x == 0 && out_len) out[0] = 1.0f;
+}
+extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return cd.compile(SRC).load()
+
+
+def run_python(code, **env):
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300)
+
+
+def test_graph_dot_dumps_every_instantiated_graph(mod, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYCUDADRV_GRAPH_DOT", str(tmp_path / "g{n}.dot"))
+    s = cd.Stream()
+    y = cd.Buffer.empty(256, np.float32, stream=s)
+    for _ in range(2):
+        with s.capture():
+            mod.function("fill").launch(1, 256, y, 1.0, 256, stream=s)
+    dots = sorted(os.listdir(tmp_path))
+    assert len(dots) >= 2 and all(d.endswith(".dot") for d in dots)
+    assert "fill" in open(tmp_path / dots[-1]).read()
+
+
+def test_indirect_trace_names_the_kernel_of_every_indirect_dispatch(mod, capfd, monkeypatch):
+    monkeypatch.setenv("PYCUDADRV_INDIRECT_TRACE", "1")
+    out = cd.Buffer.zeros(4, np.float32)
+    counts = cd.Buffer.from_numpy(np.array([2, 1, 1], np.uint32))
+    d = cd.dispatch.Pass(cd.Encoder(), "p").dispatch(mod.function("groups"), block=(32, 1, 1))
+    d.set_arg((0, 0), out)
+    d.dispatch(indirect=counts)
+    d.dispatch(indirect=counts)
+    cd.Device(0).synchronize()
+    err = capfd.readouterr().err
+    assert err.count("[pycudadrv indirect] groups") == 2
+
+
+def test_invalid_persistent_blocks_falls_back_with_one_warning(mod, monkeypatch):
+    monkeypatch.setenv("PYCUDADRV_PERSISTENT_BLOCKS", "many")
+    out = cd.Buffer.zeros(4, np.float32)
+    counts = cd.Buffer.from_numpy(np.array([3, 1, 1], np.uint32))
+    d = cd.dispatch.Pass(cd.Encoder(), "p").dispatch(mod.function("groups"), block=(32, 1, 1))
+    d.set_arg((0, 0), out)
+    with pytest.warns(RuntimeWarning, match="PYCUDADRV_PERSISTENT_BLOCKS='many' is not an integer"):
+        d.dispatch(indirect=counts)
+    assert out.to_numpy()[0] == 1.0
+
+
+def test_allocation_trace_reports_allocations_attempted_while_capturing(mod, capfd, monkeypatch):
+    monkeypatch.setenv("PYCUDADRV_ALLOC_TRACE", "1")
+    s = cd.Stream()
+    y = cd.Buffer.empty(64, np.float32, stream=s)
+    with s.capture():
+        mod.function("fill").launch(1, 64, y, 1.0, 64, stream=s)
+        cd.Buffer.empty(4096, stream=s)            # a graph memory node: reported
+    err = capfd.readouterr().err
+    assert "[pycudadrv alloc-trace] device allocation of 4096 bytes during a capture" in err
+    assert "test_gpu_khal.py" in err
+
+
+def test_device_selection_from_the_environment_and_an_empty_one_is_an_error():
+    r = run_python("import pycudadrv as cd; print([d.ordinal for d in cd.selected_devices()], "
+                   "cd.get_current_device().ordinal)", PYCUDADRV_DEVICES="0")
+    assert r.returncode == 0 and r.stdout.split() == ["[0]", "0"], r.stderr
+    r = run_python("import pycudadrv as cd; cd.Buffer.empty(16)", PYCUDADRV_DEVICES=" , ")
+    assert r.returncode != 0 and "the device selection is empty" in r.stderr
+    r = run_python("import pycudadrv as cd; cd.select_devices([99])")
+    assert r.returncode != 0 and "device 99 does not exist" in r.stderr
+
+
+def test_debug_log_reports_the_driver_and_every_device():
+    r = run_python("import pycudadrv as cd; cd.device_count()", PYCUDADRV_DEBUG="1")
+    assert r.returncode == 0, r.stderr
+    assert "[pycudadrv] driver CUDA" in r.stderr and "device 0:" in r.stderr and "sm_" in r.stderr
+
+
+def test_launch_timed_drains_every_stream_of_the_device_first(mod):
+    other = cd.Stream()
+    mod.function("spin").launch(1, 1, int(100 * cd.Device(0).attribute("clock_rate")), stream=other)  # ~100 ms
+    y = cd.Buffer.empty(1 << 20, np.float32)
+    ns = mod.function("fill").launch_timed_ns(4096, 256, y, 2.0, 1 << 20)
+    assert other.query()            # the spin on the other stream was drained before timing
+    assert isinstance(ns, int) and ns > 0
+    assert (y.to_numpy() == 2.0).all()

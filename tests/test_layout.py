@@ -1,0 +1,186 @@
+"""Guards that keep the package's shape: who may import whom, file sizes, and
+that every deliberate error derives from pycudadrv.Error. CPU only; they read
+the package sources, so they run from a checkout (CI's first stage)."""
+import ast
+import os
+import re
+
+import pytest
+
+import pycudadrv
+
+PKG = os.path.dirname(os.path.abspath(pycudadrv.__file__))
+HAS_SOURCES = os.path.exists(os.path.join(PKG, "_launch.pyx"))
+needs_sources = pytest.mark.skipif(not HAS_SOURCES, reason="the package sources (.pyx) are not beside this "
+                                   "installed copy; the checkout's test run covers these guards")
+
+#: Bottom up: a module may import only modules listed before it (plus the allow-list).
+LAYERS = [
+    "_errors", "_env", "_paths", "_version", "_attributes", "_cuda", "_driver_api",
+    "_driver", "_device", "_stream", "_host", "_dlpack", "_memory", "_interop", "_marshal", "_signature", "_kernel",
+    "_launch", "_module", "_graph", "_sequence", "_loops",
+    # the Python layer
+    "_compile_cache", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "nvtx", "_ranges", "queue", "aio",
+    "heat", "cudnn", "_cudnn", "mpi", "triton", "config", "__main__", "__init__",
+]
+
+#: Imports against the layering, each for a stated reason (always lazy: inside a function).
+ALLOWED_UPWARD = {
+    ("_device", "_stream"): "Device.default_stream creates the device's Stream on first use",
+    ("_device", "dispatch"): "Device.encoder() returns a dispatch.Encoder",
+    ("_stream", "_graph"): "Stream.capture() returns a CapturedGraph",
+    ("_stream", "_loops"): "Stream.loop() returns a DeviceLoop",
+    ("_marshal", "_signature"): "pack_arguments() parses a signature string",
+    ("_loops", "nvrtc"): "pycudadrv's condition kernels are compiled with NVRTC on first use",
+    ("_launch", "_stream"): "",  # placeholder removed below: _stream is below _launch
+    ("nvrtc", "_module"): "ObjectCode.load() loads through the module cache",
+    ("nvrtc", "_device"): "compile() without arch= asks the current device",
+    ("nvrtc", "link"): "compile(arch=[...]) builds a fatbin with nvFatbin",
+    ("_compile_cache", "nvrtc"): "cache entries are ObjectCode",
+    ("dispatch", "_loops"): "indirect dispatch in a capture uses pycudadrv's update kernel",
+    ("dispatch", "nvtx"): "passes are NVTX ranges when NVTX is on",
+    ("dispatch", "_driver"): "",
+    ("profile", "nvtx"): "profiled launches are NVTX ranges when NVTX is on",
+    ("timestamps", "nvtx"): "passes are NVTX ranges when NVTX is on",
+    ("queue", "aio"): "awaiting a Queue Submission goes through aio.wait",
+    ("timestamps", "_device"): "",
+    ("bench", "_device"): "",
+    ("bench", "_memory"): "",
+}
+ALLOWED_UPWARD = {k: v for k, v in ALLOWED_UPWARD.items() if v}
+
+IMPORT_RE = re.compile(r"^\s*(?:from\s+pycudadrv\.(\w+)\s+c?import|from\s+pycudadrv\s+import\s+([\w, ()]+)|"
+                       r"import\s+pycudadrv\.(\w+))", re.M)
+
+
+def _sources():
+    for f in sorted(os.listdir(PKG)):
+        if f.endswith((".pyx", ".pxd", ".pxi", ".py")):
+            yield f, open(os.path.join(PKG, f), encoding="utf-8").read()
+
+
+def _module_of(filename):
+    base = filename.rsplit(".", 1)[0]
+    return "_launch" if base == "_prepared" else base    # _prepared.pxi is part of _launch
+
+
+def _imports(text):
+    for m in IMPORT_RE.finditer(text):
+        if m.group(1):
+            yield m.group(1)
+        elif m.group(3):
+            yield m.group(3)
+        else:
+            for name in re.split(r"[\s,()]+", m.group(2)):
+                if name and name != "noqa":
+                    yield name
+
+
+@needs_sources
+def test_every_module_of_the_package_has_a_layer():
+    modules = {_module_of(f) for f, _ in _sources()}
+    missing = sorted(m for m in modules if m not in LAYERS)
+    assert missing == [], f"add these modules to LAYERS in tests/test_layout.py: {missing}"
+
+
+@needs_sources
+def test_modules_import_only_lower_layers_or_allowed_exceptions():
+    rank = {m: i for i, m in enumerate(LAYERS)}
+    bad = []
+    for f, text in _sources():
+        a = _module_of(f)
+        for b in _imports(text):
+            if b == a or b not in rank:
+                continue
+            if rank[b] >= rank[a] and (a, b) not in ALLOWED_UPWARD and a != "__init__":
+                bad.append(f"{f} imports {b}")
+    assert bad == [], "imports against the layering:\n" + "\n".join(bad)
+
+
+@needs_sources
+def test_allowed_upward_imports_are_lazy():
+    """An allowed upward import happens inside a function, never at module level."""
+    bad = []
+    for f, text in _sources():
+        a = _module_of(f)
+        for line in text.splitlines():
+            if not line or line[0].isspace():
+                continue   # indented: inside a function or class body
+            for b in _imports(line):
+                if (a, b) in ALLOWED_UPWARD:
+                    bad.append(f"{f}: {line.strip()}")
+    assert bad == []
+
+
+@needs_sources
+def test_no_source_file_is_over_700_lines():
+    long = {f: text.count("\n") for f, text in _sources() if text.count("\n") > 700 and f != "_attributes.py"}
+    assert long == {}
+
+
+#: Builtins raised on purpose that are not pycudadrv errors, each for a reason.
+ALLOWED_BUILTIN_RAISES = {
+    "MemoryError": "a host malloc failure inside the interpreter: Python's own out-of-memory error",
+    "FileNotFoundError": "_paths.find_cuda_include: setup.py loads that file before pycudadrv exists",
+    "ImportError": "pycudadrv/__init__.py: an unbuilt source tree (the import system's own error)",
+}
+RAISE_RE = re.compile(r"\braise\s+([A-Z]\w*(?:Error|Exception))\b")
+
+
+@needs_sources
+def test_deliberate_errors_are_pycudadrv_errors():
+    import pycudadrv._errors as errors
+
+    ours = {n for n in dir(errors) if isinstance(getattr(errors, n), type)}
+    bad = []
+    for f, text in _sources():
+        for m in RAISE_RE.finditer(text):
+            name = m.group(1)
+            if name in ours or ALLOWED_BUILTIN_RAISES.get(name):
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            bad.append(f"{f}:{line}: raise {name}")
+    assert bad == [], "raise a pycudadrv._errors class instead:\n" + "\n".join(bad)
+
+
+def test_every_exported_exception_derives_from_pycudadrv_error():
+    for name in pycudadrv._errors.__all__:
+        cls = getattr(pycudadrv, name)
+        assert issubclass(cls, pycudadrv.Error), name
+
+
+def test_errors_are_also_the_builtin_a_caller_expects():
+    assert issubclass(pycudadrv.ArgumentTypeError, TypeError)
+    assert issubclass(pycudadrv.ArgumentValueError, ValueError)
+    assert issubclass(pycudadrv.ClosedError, ValueError)
+    assert issubclass(pycudadrv.CaptureError, RuntimeError)
+    assert issubclass(pycudadrv.CudaUnavailableError, pycudadrv.CudaError)
+    assert issubclass(pycudadrv.OutOfMemoryError, MemoryError)
+    assert issubclass(pycudadrv.EventNotRecordedError, ValueError)
+
+
+def test_out_of_memory_cuda_error_is_a_memory_error_and_pickles():
+    import pickle
+
+    e = pycudadrv.CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory", "cuMemAlloc", "allocating 8 bytes")
+    assert isinstance(e, pycudadrv.OutOfMemoryError) and isinstance(e, MemoryError)
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is pycudadrv.OutOfMemoryError and e2.code == 2 and e2.context == "allocating 8 bytes"
+
+
+def test_error_classes_keep_the_driver_code():
+    g = pycudadrv.GraphUpdateError("refused", code=910)
+    n = pycudadrv.NotSupportedError("no clusters", code=801)
+    u = pycudadrv.CudaUnavailableError("no device", code=100, name="CUDA_ERROR_NO_DEVICE")
+    assert (g.code, n.code, u.code, u.name) == (910, 801, 100, "CUDA_ERROR_NO_DEVICE")
+    import pickle
+    assert pickle.loads(pickle.dumps(g)).code == 910
+    assert pickle.loads(pickle.dumps(u)).code == 100
+
+
+def test_package_all_is_built_from_the_submodules():
+    from pycudadrv import _launch, _memory, _stream
+
+    for mod in (_launch, _memory, _stream):
+        for name in mod.__all__:
+            assert name in pycudadrv.__all__ and getattr(pycudadrv, name) is getattr(mod, name)

@@ -1,0 +1,740 @@
+"""pycudadrv.Queue: the self-ordering queue over a pool of streams.
+
+The first part runs anywhere: a pretend GPU (streams that log what they are
+asked to do, events the test completes) stands in for the driver, so the
+ordering rules are checked call by call. The second part (marked gpu) checks
+values, overlap and hazards on the device."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pycudadrv as cd
+import pycudadrv._ranges as ranges
+import pycudadrv.queue as qmod
+from pycudadrv._ranges import RangeTracker
+from pycudadrv._signature import parse_signature
+
+
+# --- a pretend GPU ------------------------------------------------------------------------------
+
+class Sim:
+    """What every pretend stream was asked to do, in order."""
+
+    def __init__(self):
+        self.log = []
+        self.last = {}          # stream id -> label of the last work queued on it
+        self.fault = None       # a CudaError every query and synchronize raises (a poisoned context)
+
+
+SIM = Sim()
+
+
+class FakeDevice:
+    ordinal = 0
+
+
+class FakeStream:
+    count = 0
+
+    def __init__(self, device=None):
+        FakeStream.count += 1
+        self.id = FakeStream.count
+        self.handle = 0x1000 + self.id
+        self.device = FakeDevice()
+        self.closed = False
+        self.events = []
+        self.busy = False
+
+    def wait(self, ev):
+        SIM.log.append(("wait", self.id, ev.after))
+
+    def wait_stream(self, other):
+        SIM.log.append(("wait_stream", self.id, other.id))
+
+    def synchronize(self):
+        if SIM.fault is not None:
+            raise SIM.fault
+        for ev in self.events:
+            ev.done = True
+
+    def query(self):
+        return not self.busy
+
+    def close(self):
+        self.closed = True
+
+    def capture(self, mode="thread_local"):
+        return FakeGraph(self)
+
+
+class FakeEvent:
+    def __init__(self, timing=True, device=None):
+        self.done = False
+        self.stream = None
+        self.after = None
+
+    def record(self, stream):
+        if SIM.fault is not None:
+            raise SIM.fault
+        self.stream = stream
+        self.done = False
+        self.after = SIM.last.get(stream.id)
+        stream.events.append(self)
+        SIM.log.append(("record", stream.id, self.after))
+        return self
+
+    def query(self):
+        if SIM.fault is not None:
+            raise SIM.fault
+        return self.done
+
+    def synchronize(self):
+        if SIM.fault is not None:
+            raise SIM.fault
+        self.done = True
+
+
+class FakeGraph:
+    def __init__(self, stream):
+        self.stream = stream
+        self.held = []
+        self.entered = self.exited = False
+
+    def __enter__(self):
+        self.entered = True
+        SIM.log.append(("begin_capture", self.stream.id))
+        return self
+
+    def __exit__(self, *exc):
+        self.exited = True
+        SIM.log.append(("end_capture", self.stream.id))
+        return False
+
+    def hold(self, *objs):
+        self.held.extend(objs)
+
+
+class FakeKernel:
+    def __init__(self, name, signature=None):
+        self.name = name
+        self.param_layout = None if signature is None else parse_signature(signature)
+        self.layout_source = "signature" if signature else "unknown"
+
+    def launch(self, grid, block, *args, stream=None, **kw):
+        SIM.log.append(("launch", stream.id, self.name))
+        SIM.last[stream.id] = self.name
+
+
+ALLOC_STREAM = FakeStream()
+
+
+class FakeBuffer:
+    """Device memory at a pretend address (a view is a FakeBuffer over part of it)."""
+
+    def __init__(self, ptr, nbytes, stream=None):
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.stream = stream or ALLOC_STREAM
+
+    def __getitem__(self, sl):
+        a, b, _ = sl.indices(self.nbytes)
+        return FakeBuffer(self.ptr + a, b - a, self.stream)
+
+    def fill(self, value, stream=None):
+        SIM.log.append(("launch", stream.id, f"fill@{self.ptr:x}"))
+        SIM.last[stream.id] = f"fill@{self.ptr:x}"
+
+    def copy_to(self, dst, n, src_offset, dst_offset, stream=None):
+        SIM.log.append(("launch", stream.id, "copy"))
+        SIM.last[stream.id] = "copy"
+
+    def to_numpy(self, out=None, stream=None):
+        SIM.log.append(("launch", stream.id, "read"))
+        stream.synchronize()
+        return np.arange(3.0)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """The queue module wired to the pretend GPU."""
+    global SIM
+    SIM = Sim()
+    monkeypatch.setattr(qmod, "Stream", FakeStream)
+    monkeypatch.setattr(qmod, "Event", FakeEvent)
+    monkeypatch.setattr(qmod, "Buffer", FakeBuffer)
+    monkeypatch.setattr(ranges, "Buffer", FakeBuffer)
+    return SIM
+
+
+def lane_of(q, name):
+    """Index in the pool of the stream kernel `name` was launched on."""
+    ids = [s.id for s in q.streams]
+    for op in SIM.log:
+        if op[0] == "launch" and op[2] == name:
+            return ids.index(op[1])
+    raise AssertionError(f"{name} was never launched")
+
+
+def waits(q):
+    """[(pool index of the waiting stream, label of the work it waits for)] in order."""
+    ids = [s.id for s in q.streams]
+    return [(ids.index(op[1]), op[2]) for op in SIM.log if op[0] == "wait"]
+
+
+def complete_all(q):
+    for s in q.streams:
+        s.synchronize()
+
+
+A = FakeKernel("A", "float* y, const float* x")          # y = f(x)
+B = FakeKernel("B", "float* u, const float* y")
+C = FakeKernel("C", "float* v, const float* y")
+D = FakeKernel("D", "float* w, const float* u, const float* v")
+
+
+def buffers(n=4, size=256):
+    return [FakeBuffer(0x10000 * (k + 1), size) for k in range(n)]
+
+
+# --- ordering rules (CPU) -----------------------------------------------------------------------
+
+def test_independent_kernels_spread_over_the_streams_without_waits(fake):
+    q = cd.Queue(streams=4)
+    x = buffers(8)
+    for k in range(4):
+        q.launch(FakeKernel(f"k{k}", "float* y, const float* x"), 1, 32, x[2 * k], x[2 * k + 1])
+    assert sorted(lane_of(q, f"k{k}") for k in range(4)) == [0, 1, 2, 3]
+    assert waits(q) == []
+
+
+def test_diamond_waits_once_per_cross_stream_edge(fake):
+    q = cd.Queue(streams=4)
+    x, y, u, v, w = buffers(5)
+    q.launch(A, 1, 32, y, x)
+    q.launch(B, 1, 32, u, y)
+    q.launch(C, 1, 32, v, y)
+    q.launch(D, 1, 32, w, u, v)
+    # B right behind A on A's stream; C beside it on another, after A; D behind B, after C.
+    assert lane_of(q, "B") == lane_of(q, "A") == lane_of(q, "D") == 0
+    assert lane_of(q, "C") == 1
+    assert waits(q) == [(1, "A"), (0, "C")]
+
+
+def test_read_after_write_on_another_stream_waits_for_the_writer(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y, u = buffers(3)
+    q.launch(A, 1, 32, y, x)           # stream 0
+    q.launch(B, 1, 32, u, y)           # stream 1 reads y
+    assert (lane_of(q, "A"), lane_of(q, "B")) == (0, 1)
+    assert waits(q) == [(1, "A")]
+
+
+def test_write_after_read_waits_for_the_reader(fake):
+    q = cd.Queue(streams=2)
+    x, y, z = buffers(3)
+    reader = FakeKernel("reader", "float* y, const float* x")
+    writer = FakeKernel("writer", "float* x, const float* z")
+    q.launch(reader, 1, 32, y, x, stream=q.streams[0])
+    q.launch(writer, 1, 32, x, z, stream=q.streams[1])
+    assert waits(q) == [(1, "reader")]
+
+
+def test_write_after_write_waits_for_the_first_writer(fake):
+    q = cd.Queue(streams=2)
+    x, y, z = buffers(3)
+    q.launch(FakeKernel("w1", "float* x, const float* y"), 1, 32, x, y, stream=q.streams[0])
+    q.launch(FakeKernel("w2", "float* x, const float* z"), 1, 32, x, z, stream=q.streams[1])
+    assert waits(q) == [(1, "w1")]
+
+
+def test_readers_of_the_same_memory_do_not_wait_for_each_other(fake):
+    q = cd.Queue(streams=2)
+    x, y, z = buffers(3)
+    q.launch(FakeKernel("r1", "float* y, const float* x"), 1, 32, y, x, stream=q.streams[0])
+    q.launch(FakeKernel("r2", "float* z, const float* x"), 1, 32, z, x, stream=q.streams[1])
+    assert waits(q) == []
+
+
+def test_views_order_only_where_their_bytes_overlap(fake):
+    q = cd.Queue(streams=3)
+    (buf,) = buffers(1, 1024)
+    lo, hi, mid = buf[0:512], buf[512:1024], buf[256:768]
+    fill = FakeKernel("fill", "float* y")
+    q.launch(FakeKernel("lo", "float* y"), 1, 32, lo, stream=q.streams[0])
+    q.launch(FakeKernel("hi", "float* y"), 1, 32, hi, stream=q.streams[1])
+    assert waits(q) == []                                  # disjoint halves of one allocation
+    q.launch(fill, 1, 32, mid, stream=q.streams[2])        # overlaps both
+    assert sorted(waits(q)) == [(2, "hi"), (2, "lo")]
+
+
+def test_const_pointer_is_read_and_plain_pointer_is_written(fake):
+    q = cd.Queue(streams=2)
+    x, y, z = buffers(3)
+    q.launch(FakeKernel("rw", "float* x, const float* y"), 1, 32, x, y, stream=q.streams[0])
+    q.launch(FakeKernel("r", "float* z, const float* y"), 1, 32, z, y, stream=q.streams[1])
+    assert waits(q) == []                      # both only read y
+    q.launch(FakeKernel("r2", "float* z, const float* x"), 1, 32, z, x, stream=q.streams[1])
+    assert waits(q) == [(1, "rw")]             # x was written through the plain pointer
+
+
+def test_unknown_constness_counts_as_a_write(fake):
+    q = cd.Queue(streams=2)
+    x, y = buffers(2)
+    unknown = FakeKernel("unknown")             # no layout at all: every Buffer argument read and written
+    q.launch(unknown, 1, 32, x, stream=q.streams[0])
+    q.launch(FakeKernel("r", "float* y, const float* x"), 1, 32, y, x, stream=q.streams[1])
+    assert waits(q) == [(1, "unknown")]
+
+
+def test_explicit_reads_override_the_layout_and_writes_add_memory(fake):
+    q = cd.Queue(streams=2)
+    x, y, hidden = buffers(3)
+    q.launch(FakeKernel("k", "float* x, float* y"), 1, 32, x, y, reads=[x], writes=hidden, stream=q.streams[0])
+    q.launch(FakeKernel("r", "float* y, const float* x"), 1, 32, y, x, stream=q.streams[1])
+    assert [w for w in waits(q)] == [(1, "k")]          # y (still written), not x
+    SIM.log.clear()
+    q.launch(FakeKernel("h", "const float* x"), 1, 32, x, reads=hidden, stream=q.streams[1])
+    assert waits(q) == []                               # stream 1 already waited for k
+    q2 = cd.Queue(streams=2)
+    q2.launch(FakeKernel("k", "float* x, float* y"), 1, 32, x, y, reads=[x], writes=hidden, stream=q2.streams[0])
+    SIM.log.clear()
+    q2.launch(FakeKernel("h", "const float* x"), 1, 32, x, reads=hidden, stream=q2.streams[1])
+    assert waits(q2) == [(1, "k")]                      # the memory only writes= named
+
+
+def test_one_wait_covers_later_dependencies_on_the_same_stream(fake):
+    q = cd.Queue(streams=2)
+    x, y, u, v = buffers(4)
+    q.launch(A, 1, 32, y, x, stream=q.streams[0])
+    q.launch(B, 1, 32, u, y, stream=q.streams[1])
+    q.launch(C, 1, 32, v, y, stream=q.streams[1])
+    assert waits(q) == [(1, "A")]
+
+
+def test_greedy_follows_the_writer_of_the_first_input_while_it_is_last_there(fake):
+    q = cd.Queue(streams=3)
+    x, y, z, u = buffers(4)
+    q.launch(A, 1, 32, y, x)                                  # stream 0
+    q.launch(FakeKernel("other", "float* u"), 1, 32, u)       # stream 1 (least loaded)
+    q.launch(B, 1, 32, z, y)                                  # behind A: stream 0
+    assert lane_of(q, "B") == 0 and waits(q) == []
+
+
+def test_round_robin_takes_the_streams_in_turn(fake):
+    q = cd.Queue(streams=3, policy="round_robin")
+    bufs = buffers(5)
+    for k in range(5):
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
+    assert [lane_of(q, f"k{k}") for k in range(5)] == [0, 1, 2, 0, 1]
+
+
+def test_least_loaded_counts_only_work_not_seen_complete(fake):
+    q = cd.Queue(streams=2)
+    bufs = buffers(4)
+    q.launch(FakeKernel("a", "float* y"), 1, 32, bufs[0])          # stream 0
+    q.launch(FakeKernel("b", "float* y"), 1, 32, bufs[1])          # stream 1
+    assert q.stats()["in_flight"] == [1, 1]
+    q.streams[0].synchronize()                                    # a completes
+    q.launch(FakeKernel("c", "float* y"), 1, 32, bufs[2])
+    assert lane_of(q, "c") == 0 and q.stats()["in_flight"] == [1, 1]
+
+
+def test_finished_work_is_not_waited_for(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y, u = buffers(3)
+    q.launch(A, 1, 32, y, x)
+    complete_all(q)
+    q.launch(B, 1, 32, u, y)
+    assert waits(q) == []
+
+
+def test_memory_made_outside_the_pool_waits_for_its_stream_while_that_is_busy(fake):
+    q = cd.Queue(streams=2)
+    x, y = buffers(2)
+    ALLOC_STREAM.busy = True            # e.g. the upload of Buffer.from_numpy still queued there
+    try:
+        q.launch(A, 1, 32, y, x)
+    finally:
+        ALLOC_STREAM.busy = False
+    q.launch(A, 1, 32, y, x)
+    alloc = [op for op in SIM.log if op[0] == "wait_stream"]
+    assert alloc == [("wait_stream", q.streams[0].id, ALLOC_STREAM.id)]      # one stream, once
+
+
+def test_copy_fill_and_read_are_ordered_like_kernels(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y = buffers(2)
+    q.fill(x, 1.0)                                 # stream 0
+    q.copy(x, y)                                   # stream 1: reads x, writes y
+    out = q.read(y)                                # stream 0: waits for the copy
+    assert waits(q) == [(1, f"fill@{x.ptr:x}"), (0, "copy")]
+    assert list(out) == [0.0, 1.0, 2.0]
+
+
+def test_a_graph_launch_without_reads_and_writes_is_a_barrier(fake):
+    q = cd.Queue(streams=3, policy="round_robin")
+    bufs = buffers(3)
+    for k in range(2):
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
+
+    class G:
+        def launch(self, s):
+            SIM.log.append(("launch", s.id, "graph"))
+            SIM.last[s.id] = "graph"
+    q.launch_graph(G())                                     # stream 2
+    q.launch(FakeKernel("after", "float* y"), 1, 32, bufs[2])  # stream 0
+    assert waits(q) == [(2, "k0"), (2, "k1"), (0, "graph")]
+
+
+def test_synchronize_waits_for_every_stream_and_forgets(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y, u = buffers(3)
+    sa = q.launch(A, 1, 32, y, x)
+    q.synchronize()
+    assert sa.done and q.stats()["in_flight"] == [0, 0] and q.stats()["tracked_ranges"] == 0
+    q.launch(B, 1, 32, u, y)
+    assert waits(q) == []
+
+
+def test_an_asynchronous_fault_names_the_earliest_unfinished_kernel(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y, u, v = buffers(4)
+    q.launch(A, 1, 32, y, x)
+    q.launch(FakeKernel("bad", "float* u"), 1, 32, u)
+    SIM.fault = cd.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered",
+                             "cuStreamSynchronize")
+    with pytest.raises(cd.CudaError, match=r"earliest submission not seen complete is kernel 'A' \(#\d+") as e:
+        q.synchronize()
+    assert e.value.code == 700 and "also unfinished: kernel 'bad'" in str(e.value)
+    with pytest.raises(cd.CudaError, match="kernel 'A'"):
+        q.launch(C, 1, 32, v, y)      # the next submission finds it too (cuEventQuery)
+
+
+def test_a_fault_found_right_after_the_faulting_launch_names_that_kernel(fake):
+    q = cd.Queue(streams=2)
+    x, y = buffers(2)
+
+    class Faulting(FakeKernel):
+        def launch(self, *a, **kw):
+            super().launch(*a, **kw)
+            SIM.fault = cd.CudaError(719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure", "cuEventRecord")
+    with pytest.raises(cd.CudaError, match="earliest submission not seen complete is kernel 'trap'"):
+        q.launch(Faulting("trap", "float* y, const float* x"), 1, 32, y, x)
+
+
+def test_submissions_report_completion(fake):
+    q = cd.Queue(streams=1)
+    x, y = buffers(2)
+    sub = q.launch(A, 1, 32, y, x)
+    assert (sub.label, sub.query(), sub.done) == ("kernel 'A'", False, False)
+    sub.synchronize()
+    assert sub.query() and sub.done and "done" in repr(sub)
+
+
+def test_capture_forks_to_the_pool_joins_back_and_holds_the_arguments(fake):
+    q = cd.Queue(streams=3)
+    x, y, u, v, w = buffers(5)
+    with q.capture() as g:
+        q.launch(A, 1, 32, y, x)
+        q.launch(B, 1, 32, u, y)
+        q.launch(C, 1, 32, v, y)
+        q.launch(D, 1, 32, w, u, v)
+        with pytest.raises(cd.CaptureError, match="read"):
+            q.read(w)
+        with pytest.raises(cd.CaptureError, match="synchronize"):
+            q.synchronize()
+    ids = [s.id for s in q.streams]
+    ops = [op for op in SIM.log if op[0] in ("begin_capture", "end_capture", "wait", "launch")]
+    assert ops[0] == ("begin_capture", ids[0]) and ops[-1] == ("end_capture", ids[0])
+    assert ("wait", ids[1], None) in ops                     # stream 1 joined from the fork point
+    assert ops[-2] == ("wait", ids[0], "C")                  # and joined back before the end
+    assert g.exited and all(b in g.held for b in (x, y, u, v, w))
+    assert not any(op[0] == "wait_stream" for op in SIM.log)  # nothing outside the capture is waited for
+    q.launch(B, 1, 32, u, y)                                 # eager again: the capture left no state
+    assert "capturing" not in repr(q)
+
+
+def test_bad_arguments_are_refused_with_the_limit(fake):
+    with pytest.raises(cd.ArgumentValueError, match=r"streams must be in \[1, 1024\], got 0"):
+        cd.Queue(streams=0)
+    with pytest.raises(cd.ArgumentTypeError, match="streams must be an int"):
+        cd.Queue(streams=True)
+    with pytest.raises(cd.ArgumentValueError, match="policy must be one of"):
+        cd.Queue(policy="fastest")
+    q = cd.Queue(streams=1)
+    with pytest.raises(cd.ArgumentTypeError, match=r"Queue.launch of kernel 'A', reads\[0\]: expected a pycudadrv "
+                                                   "Buffer"):
+        q.launch(A, 1, 32, *buffers(2), reads=[3.0j])
+    with pytest.raises(cd.ArgumentTypeError, match="stream= must be a pycudadrv Stream"):
+        q.launch(A, 1, 32, *buffers(2), stream=7)
+    q.close()
+    with pytest.raises(cd.ClosedError, match="Queue is closed"):
+        q.launch(A, 1, 32, *buffers(2))
+
+
+def test_tracker_merges_a_write_over_split_ranges():
+    t = RangeTracker()
+
+    class S:
+        def __init__(self, seq, lane):
+            self.seq, self.lane, self.done = seq, lane, False
+    r1, r2, w = S(1, "a"), S(2, "b"), S(3, "c")
+    t.commit(0, 100, False, r1)
+    t.commit(50, 150, False, r2)
+    assert t.starts == [0, 50, 100]
+    deps = {}
+    t.collect(0, 150, True, w, deps)
+    assert deps == {"a": r1, "b": r2}
+    t.commit(0, 150, True, w)
+    assert t.starts == [0] and t.segs[0] == [150, w, {}]
+    w.done = True
+    t.prune()
+    assert len(t) == 0
+
+
+# --- on the GPU ---------------------------------------------------------------------------------
+
+KERNELS = r"""
+__device__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+extern "C" __global__ void affine(float* y, const float* x, float a, float b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + b;
+}
+// A kernel to the pycudadrv.dispatch convention: storage out, storage in, uniform scale, (indirect, len).
+extern "C" __global__ void dscale(float* out, unsigned long long out_len, const float* in,
+                                  unsigned long long in_len, const float* uni,
+                                  const unsigned int* indirect, unsigned long long indirect_len) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < out_len / sizeof(float) && i < in_len / sizeof(float)) out[i] = uni[0] * in[i];
+}
+extern "C" __global__ void combine(float* w, const float* u, const float* v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) w[i] = u[i] * v[i] + u[i];
+}
+// One block: wait `ns` nanoseconds, then copy `in` to `out`; times[0..1] = start and end (globaltimer).
+extern "C" __global__ void spin_copy(float* out, const float* in, long long ns, unsigned long long* times, int n) {
+    unsigned long long t0 = now_ns();
+    if (threadIdx.x == 0) { while (now_ns() - t0 < (unsigned long long)ns) { } }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
+    __syncthreads();
+    if (threadIdx.x == 0) { times[0] = t0; times[1] = now_ns(); }
+}
+"""
+N = 4096
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return cd.compile(KERNELS).load()
+
+
+def grid_of(n):
+    return ((n + 255) // 256,)
+
+
+@pytest.mark.gpu
+def test_diamond_dag_gives_the_numpy_values(mod, rng):
+    x_h = rng.standard_normal(N).astype(np.float32)
+    with cd.Queue(streams=4) as q:
+        x = q.from_numpy(x_h)
+        y, u, v, w = (q.from_numpy(np.full(N, np.nan, np.float32)) for _ in range(4))
+        aff, comb = mod.function("affine"), mod.function("combine")
+        q.launch(aff, grid_of(N), 256, y, x, 2.0, 1.0, N)        # A: y = 2x + 1
+        q.launch(aff, grid_of(N), 256, u, y, -0.5, 3.0, N)       # B: u = -y/2 + 3
+        q.launch(aff, grid_of(N), 256, v, y, 1.5, -2.0, N)       # C: v = 1.5y - 2
+        q.launch(comb, grid_of(N), 256, w, u, v, N)              # D: w = u v + u
+        got = q.read(w)
+        assert q.stats()["waits"] >= 1
+    x64 = x_h.astype(np.float64)
+    y64 = 2 * x64 + 1
+    u64, v64 = -0.5 * y64 + 3, 1.5 * y64 - 2
+    np.testing.assert_allclose(got, u64 * v64 + u64, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_independent_kernels_of_20_ms_overlap(mod, rng):
+    spin = mod.function("spin_copy")
+    with cd.Queue(streams=4) as q:
+        ins = [q.from_numpy(rng.standard_normal(256).astype(np.float32)) for _ in range(2)]
+        outs = [q.from_numpy(np.full(256, np.nan, np.float32)) for _ in range(2)]
+        times = [q.from_numpy(np.zeros(2, np.uint64)) for _ in range(2)]
+        q.synchronize()
+        s0, s1 = q.streams[0], q.streams[1]
+        start = cd.Event().record(s0)
+        s1.wait(start)
+        subs = [q.launch(spin, 1, 256, outs[k], ins[k], 20 * MS, times[k], 256) for k in range(2)]
+        assert {sub.stream for sub in subs} == {s0, s1}
+        ends = [cd.Event().record(s) for s in (s0, s1)]
+        q.synchronize()
+        wall_ms = max(cd.Event.elapsed_ms(start, e) for e in ends)
+        (a0, a1), (b0, b1) = (q.read(t) for t in times)
+    assert a1 - a0 >= 19 * MS and b1 - b0 >= 19 * MS          # each really ran ~20 ms
+    assert b0 < a1 and a0 < b1                                # and they ran at the same time
+    assert wall_ms < 32.0                                     # well under the 40 ms of running in turn
+
+
+@pytest.mark.gpu
+def test_a_writer_on_another_stream_waits_for_the_reader(mod, rng):
+    old = rng.standard_normal(256).astype(np.float32)
+    new_src = rng.standard_normal(256).astype(np.float32) + 10.0
+    with cd.Queue(streams=2) as q:
+        x, src = q.from_numpy(old), q.from_numpy(new_src)
+        out = q.from_numpy(np.full(256, np.nan, np.float32))
+        t = q.from_numpy(np.zeros(2, np.uint64))
+        q.synchronize()
+        # The reader waits 20 ms before it reads x; the writer of x is placed on the other stream.
+        q.launch(mod.function("spin_copy"), 1, 256, out, x, 20 * MS, t, 256, stream=q.streams[0])
+        q.launch(mod.function("affine"), 1, 256, x, src, 1.0, 0.0, 256, stream=q.streams[1])
+        got_out, got_x = q.read(out), q.read(x)
+    np.testing.assert_array_equal(got_out, old)                # never the new value
+    np.testing.assert_array_equal(got_x, new_src)
+
+
+@pytest.mark.gpu
+def test_a_buffer_closed_while_queued_work_reads_it_is_freed_after_that_work(mod, rng):
+    x_h = rng.standard_normal(256).astype(np.float32)
+    with cd.Queue(streams=2) as q:
+        x = q.from_numpy(x_h)
+        out = q.from_numpy(np.full(256, np.nan, np.float32))
+        t = q.from_numpy(np.zeros(2, np.uint64))
+        q.synchronize()
+        q.launch(mod.function("spin_copy"), 1, 256, out, x, 20 * MS, t, 256)
+        x.close()                                   # no host synchronisation: the free waits for the kernel
+        for _ in range(8):                          # memory the pool may hand out again meanwhile
+            cd.Buffer.empty(256, np.float32, stream=q.streams[1]).fill(np.float32(-7.0), stream=q.streams[1])
+        np.testing.assert_array_equal(q.read(out), x_h)
+
+
+@pytest.mark.gpu
+def test_prepared_launches_copies_and_fills_through_the_queue(mod, rng):
+    x_h = rng.standard_normal(N).astype(np.float32)
+    with cd.Queue(streams=3, policy="round_robin") as q:
+        x = cd.Buffer.from_numpy(x_h)                # allocated and uploaded on the default stream
+        y = q.empty(N, np.float32)
+        z = q.empty(N, np.float32)
+        q.fill(z, np.float32(np.nan))
+        p = mod.function("affine").bind(grid_of(N), 256, y, x, 3.0, -1.0, N)
+        q.submit(p)                                  # y = 3x - 1
+        q.copy(y, z)                                 # z = y
+        q.launch(mod.function("affine"), grid_of(N), 256, y, z, 0.5, 0.0, N)   # y = z / 2
+        got_y, got_z = q.read(y), q.read(z)
+    z64 = 3 * x_h.astype(np.float64) - 1
+    np.testing.assert_allclose(got_z, z64, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_y, z64 / 2, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_dispatch_on_its_encoder_stream_is_ordered_against_the_pool(mod, rng):
+    n = 4096
+    src_h = rng.standard_normal(n).astype(np.float32)
+    a = float(rng.uniform(0.5, 2.0))
+    with cd.Queue(streams=2) as q:
+        x = q.from_numpy(np.full(n, -3.0, np.float32))
+        src = q.from_numpy(src_h)
+        out = q.from_numpy(np.full(n, np.nan, np.float32))
+        uni = q.from_numpy(np.array([a], np.float32))
+        t = q.from_numpy(np.zeros(2, np.uint64))
+        q.synchronize()
+        enc = cd.Device(0).encoder(cd.Stream())          # a stream outside the pool
+        with enc.pass_("scale") as p:
+            d = p.dispatch(mod.function("dscale"), block=(256, 1, 1))
+        d.set_arg((0, 0), out)
+        d.set_arg((0, 1), x)
+        d.set_arg((1, 0), uni, kind="uniform")
+        # x = src, written 20 ms late on a pool stream; the dispatch reads x, so it must wait for that.
+        q.launch(mod.function("spin_copy"), 1, 256, x, src, 20 * MS, t, n)
+        sub = q.dispatch(d, threads=n)
+        assert sub.stream is enc.stream
+        got = q.read(out)
+    np.testing.assert_allclose(got, a * src_h.astype(np.float64), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_captured_queue_work_replays_as_one_graph_with_its_edges(mod, rng):
+    x_h = rng.standard_normal(N).astype(np.float32)
+    q = cd.Queue(streams=3)
+    x = q.from_numpy(x_h)
+    y, u, v, w = (q.from_numpy(np.full(N, np.nan, np.float32)) for _ in range(4))
+    q.synchronize()
+    aff, comb = mod.function("affine"), mod.function("combine")
+    with q.capture() as graph:
+        q.launch(aff, grid_of(N), 256, y, x, 2.0, 1.0, N)
+        q.launch(aff, grid_of(N), 256, u, y, -0.5, 3.0, N)
+        q.launch(aff, grid_of(N), 256, v, y, 1.5, -2.0, N)
+        q.launch(comb, grid_of(N), 256, w, u, v, N)
+    assert graph.num_nodes == 4
+    assert np.isnan(q.read(w)).all()                         # captured, not run
+    q.launch_graph(graph)
+    got = q.read(w)
+    y64 = 2 * x_h.astype(np.float64) + 1
+    u64, v64 = -0.5 * y64 + 3, 1.5 * y64 - 2
+    np.testing.assert_allclose(got, u64 * v64 + u64, rtol=1e-5, atol=1e-5)
+    graph.close()
+    q.close()
+
+
+FAULT_SCRIPT = r"""
+import json, sys
+import numpy as np
+import pycudadrv as cd
+mod = cd.compile(r'''
+extern "C" __global__ void scale(float* y, const float* x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+extern "C" __global__ void wild_write(float* y, long long offset) {
+    y[offset] = 1.0f;            // far outside any allocation: CUDA_ERROR_ILLEGAL_ADDRESS
+}''').load()
+q = cd.Queue(streams=2)
+x = q.from_numpy(np.ones(256, np.float32))
+y = q.from_numpy(np.zeros(256, np.float32))
+q.synchronize()
+try:
+    q.launch(mod.function("wild_write"), 1, 1, y, 1 << 40)
+    q.launch(mod.function("scale"), 1, 256, y, x, 256)     # may already find the fault
+    q.read(y)
+    print(json.dumps({"raised": None}))
+except cd.CudaError as e:
+    print(json.dumps({"raised": type(e).__name__, "name": e.name, "message": str(e)}))
+"""
+
+
+def _run_isolated(script):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(cd.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.gpu
+def test_a_fault_raises_at_the_sync_point_naming_the_kernel_that_caused_it():
+    # A fault poisons the CUDA context for the rest of the process: run it in a subprocess.
+    got = _run_isolated(FAULT_SCRIPT)
+    assert got["raised"] == "CudaError"
+    assert got["name"] in ("CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED")
+    assert "earliest submission not seen complete is kernel 'wild_write'" in got["message"]
+
+
+def test_span_of_an_array_interface_covers_every_byte_its_strides_reach():
+    class Cai:
+        def __init__(self, **cai):
+            self.__cuda_array_interface__ = {"version": 3, "typestr": "<f4", **cai}
+    assert ranges.span(Cai(data=(4096, False), shape=(8,)), "x") == (4096, 4096 + 32)
+    assert ranges.span(Cai(data=(4096, False), shape=(4, 2), strides=(16, 4)), "x") == (4096, 4096 + 56)
+    assert ranges.span(Cai(data=(4096, False), shape=(4,), strides=(-4,)), "x") == (4096 - 12, 4096 + 4)
+    assert ranges.span(Cai(data=(0, False), shape=(0,)), "x") is None
+    with pytest.raises(cd.ArgumentTypeError, match="x: expected a pycudadrv Buffer"):
+        ranges.span(object(), "x")

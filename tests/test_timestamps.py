@@ -1,0 +1,274 @@
+"""Timestamps: labelled passes, request_read / try_take / read as khal has them.
+
+The first part runs anywhere: a pretend stream whose events complete when the
+test says so (each event records a tick; a pass lasts end - start ticks, as
+milliseconds). The second part (marked gpu) uses real events and kernels."""
+import numpy as np
+import pytest
+
+import pycudadrv as cd
+import pycudadrv.timestamps as tsmod
+
+
+class Clock:
+    def __init__(self):
+        self.recorded = 0      # events recorded so far (the tick of the latest)
+        self.completed = 0     # the GPU has finished everything up to this tick
+        self.syncs = 0         # blocking waits (cuEventSynchronize)
+        self.created = 0
+
+
+CLOCK = Clock()
+
+
+class TickEvent:
+    def __init__(self, timing=True, device=None):
+        CLOCK.created += 1
+        self.tick = None
+
+    def record(self, stream):
+        CLOCK.recorded += 1
+        self.tick = CLOCK.recorded
+        return self
+
+    def query(self):
+        return self.tick <= CLOCK.completed
+
+    def synchronize(self):
+        CLOCK.syncs += 1
+        CLOCK.completed = max(CLOCK.completed, self.tick)
+
+    @staticmethod
+    def elapsed_ms(start, end):
+        assert end.query(), "elapsed time asked of an event the GPU has not reached"
+        return float(end.tick - start.tick)
+
+    @staticmethod
+    def elapsed_ms_pairs(starts, ends):
+        return [TickEvent.elapsed_ms(a, b) for a, b in zip(starts, ends)]
+
+
+class FakeStream:
+    device = None
+
+
+@pytest.fixture
+def ts(monkeypatch):
+    global CLOCK
+    CLOCK = Clock()
+    monkeypatch.setattr(tsmod, "Event", TickEvent)
+    return cd.Timestamps(FakeStream())
+
+
+def gpu_catches_up():
+    CLOCK.completed = CLOCK.recorded
+
+
+# --- semantics (CPU) ----------------------------------------------------------------------------
+
+def test_try_take_is_none_until_the_gpu_finishes_then_gives_labels_in_order(ts):
+    with ts.measure("a"):
+        pass
+    with ts.measure("b"):
+        CLOCK.recorded += 2                      # two ticks of work inside b
+    assert ts.try_take() is None
+    gpu_catches_up()
+    assert ts.try_take() == [("a", 1.0), ("b", 3.0)]
+    assert ts.try_take() == [] and ts.is_idle
+    assert CLOCK.syncs == 0
+
+
+def test_is_idle_only_once_the_results_are_taken(ts):
+    assert ts.is_idle
+    with ts.measure("a"):
+        assert not ts.is_idle
+    gpu_catches_up()
+    assert not ts.is_idle                        # finished on the GPU, but not taken
+    assert ts.try_take() == [("a", 1.0)]
+    assert ts.is_idle
+
+
+def test_try_take_never_blocks_and_reports_closed_inner_passes_while_the_outer_is_open(ts):
+    with ts.measure("frame"):
+        with ts.measure("inner"):
+            pass
+        assert ts.try_take() is None             # inner asked for, not finished yet
+        gpu_catches_up()
+        assert ts.try_take() == [("inner", 1.0)]
+        assert ts.try_take() is None             # only the open outer pass is left
+    assert ts.try_take() is None                 # the outer pass: asked for now, still running
+    gpu_catches_up()
+    assert ts.try_take() == [("frame", 3.0)]       # ticks 1 (start) to 4 (end)
+    assert CLOCK.syncs == 0
+
+
+def test_nested_passes_come_back_in_order_of_their_start(ts):
+    with ts.measure("outer"):
+        with ts.measure("a"):
+            pass
+        with ts.measure("b"):
+            pass
+    gpu_catches_up()
+    assert [label for label, _ in ts.try_take()] == ["outer", "a", "b"]
+
+
+def test_request_read_takes_what_is_closed_now_and_later_passes_wait_for_the_next(ts):
+    with ts.measure("first"):
+        pass
+    ts.request_read()
+    with ts.measure("second"):
+        pass
+    CLOCK.completed = 2                          # the GPU finished "first" only
+    assert ts.try_take() == [("first", 1.0)]
+    assert ts.try_take() is None
+    gpu_catches_up()
+    assert ts.try_take() == [("second", 1.0)]
+
+
+def test_a_steady_loop_gets_every_frame_once_while_the_gpu_lags_behind(ts):
+    got = []
+    for frame in range(10):
+        with ts.measure(f"f{frame}"):
+            pass
+        CLOCK.completed = max(0, CLOCK.recorded - 4)     # the GPU is two frames behind
+        r = ts.try_take()
+        if r:
+            got += r
+    gpu_catches_up()
+    got += ts.read()
+    assert [label for label, _ in got] == [f"f{k}" for k in range(10)]
+
+
+def test_read_blocking_false_raises_not_ready_and_keeps_the_request(ts):
+    with ts.measure("a"):
+        pass
+    with pytest.raises(cd.NotReadyError, match="1 pass"):
+        ts.read(blocking=False)
+    assert CLOCK.syncs == 0
+    gpu_catches_up()
+    assert ts.try_take() == [("a", 1.0)]
+
+
+def test_read_waits_for_the_gpu_by_default(ts):
+    with ts.measure("a"):
+        pass
+    assert ts.read() == [("a", 1.0)] and CLOCK.syncs == 1
+    assert ts.wait_read() == [] and ts.is_idle
+
+
+def test_read_inside_an_open_pass_is_refused(ts):
+    with ts.measure("outer"):
+        with pytest.raises(cd.StateError, match="inside the open pass 'outer'"):
+            ts.read()
+        with pytest.raises(RuntimeError):
+            ts.reset()
+
+
+def test_a_pass_that_raises_still_records_its_end(ts):
+    with pytest.raises(KeyError):
+        with ts.measure("boom"):
+            raise KeyError("x")
+    gpu_catches_up()
+    assert ts.try_take() == [("boom", 1.0)]
+
+
+def test_reset_drops_everything_and_events_are_reused(ts):
+    for _ in range(3):
+        with ts.measure("a"):
+            pass
+    ts.reset()
+    assert ts.is_idle and ts.read() == []
+    made = CLOCK.created
+    for _ in range(100):
+        with ts.measure("step"):
+            pass
+        gpu_catches_up()
+        assert len(ts.try_take()) == 1
+    assert CLOCK.created == made                 # a steady loop creates no events
+    assert ts.measure("step") is ts.measure("step")
+
+
+# --- on the GPU ---------------------------------------------------------------------------------
+
+KERNEL = r"""
+extern "C" __global__ void spin(long long ns, int* flag) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long)ns);
+    if (threadIdx.x == 0) *flag = 1;
+}
+"""
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def spin():
+    return cd.compile(KERNEL).load().function("spin")
+
+
+@pytest.mark.gpu
+def test_gpu_try_take_is_none_while_a_pass_runs_and_idle_only_after_taking(spin):
+    s = cd.Stream()
+    flag = cd.Buffer.zeros(1, np.int32, stream=s)
+    ts = cd.Timestamps(s)
+    with ts.measure("short"):
+        spin.launch(1, 1, 1 * MS, flag, stream=s)
+    with ts.measure("long"):
+        spin.launch(1, 1, 100 * MS, flag, stream=s)
+    assert ts.try_take() is None and not ts.is_idle
+    s.synchronize()
+    assert not ts.is_idle
+    got = ts.try_take()
+    assert [label for label, _ in got] == ["short", "long"]
+    assert got[1][1] > 90 and got[0][1] < got[1][1]
+    assert ts.is_idle
+
+
+@pytest.mark.gpu
+def test_gpu_read_not_ready_then_blocking_read(spin):
+    s = cd.Stream()
+    flag = cd.Buffer.zeros(1, np.int32, stream=s)
+    ts = cd.Timestamps(s)
+    with ts.measure("long"):
+        spin.launch(1, 1, 100 * MS, flag, stream=s)
+    with pytest.raises(cd.NotReadyError):
+        ts.read(blocking=False)
+    ((label, ms),) = ts.read()
+    assert label == "long" and ms > 90
+
+
+@pytest.mark.gpu
+def test_gpu_nested_passes_never_block_and_the_outer_spans_the_inner(spin):
+    s = cd.Stream()
+    flag = cd.Buffer.zeros(1, np.int32, stream=s)
+    ts = cd.Timestamps(s)
+    with ts.measure("outer"):
+        with ts.measure("inner"):
+            spin.launch(1, 1, 50 * MS, flag, stream=s)
+        assert ts.try_take() is None            # inner still running: no wait
+        spin.launch(1, 1, 10 * MS, flag, stream=s)
+    s.synchronize()
+    first = ts.try_take()                       # inner (asked for inside the outer pass)
+    second = ts.try_take()                      # then outer, asked for now and already finished
+    assert [label for label, _ in first] == ["inner"] and [label for label, _ in second] == ["outer"]
+    assert second[0][1] >= first[0][1] + 9
+
+
+@pytest.mark.gpu
+def test_gpu_elapsed_ms_pairs_measures_each_pair_and_refuses_unequal_lists(spin):
+    s = cd.Stream()
+    flag = cd.Buffer.zeros(1, np.int32, stream=s)
+    starts = [cd.Event(), cd.Event()]
+    ends = [cd.Event(), cd.Event()]
+    for k, ns in enumerate((1 * MS, 20 * MS)):
+        starts[k].record(s)
+        spin.launch(1, 1, ns, flag, stream=s)
+        ends[k].record(s)
+    s.synchronize()
+    short, long_ = cd.Event.elapsed_ms_pairs(starts, ends)
+    assert 0.9 < short < long_ and long_ > 19
+    with pytest.raises(cd.ArgumentValueError, match="2 start events but 1 end events"):
+        cd.Event.elapsed_ms_pairs(starts, ends[:1])
+    never = cd.Event()
+    with pytest.raises(cd.EventNotRecordedError):
+        cd.Event.elapsed_ms_pairs([never], [ends[0]])
