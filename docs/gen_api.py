@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Generate docs/api.md from the docstrings of the built package.
 
-    python setup.py -q build_ext --inplace && python docs/gen_api.py > docs/api.md
+    python -m pip install -e . && python docs/gen_api.py > docs/api.md
+
+(or ``python setup.py -q build_ext --inplace`` for the in-place build). CI
+regenerates it and fails when the committed page differs.
 
 Signatures of the compiled (Cython) callables come from the first docstring
 line that ``embedsignature`` writes; constructors, properties and attributes
@@ -19,32 +22,53 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, os.pardir, "src"))
+sys.path.insert(0, os.path.dirname(HERE))  # the repository root: the package built in place
 
 import pycudadrv  # noqa: E402
-from pycudadrv import bench, dispatch, nvrtc, profile, timestamps  # noqa: E402
 
 PKG = os.path.dirname(pycudadrv.__file__)
 
-# (title, module, names): every name in pycudadrv.__all__ must land in one section.
+# (title, module, names): every name in pycudadrv.__all__ must land in one section. With names None,
+# the section takes the names of the module's own __all__ that are defined there (or are constants),
+# in the module's order; a name already placed in an earlier section is not repeated.
 SECTIONS = [
-    ("Driver and errors", "pycudadrv._driver", None),
+    ("Package", "pycudadrv._version", ["__version__"]),
+    ("Errors", "pycudadrv._errors", None),
+    ("Driver", "pycudadrv._driver", None),
     ("Devices", "pycudadrv._device", None),
     ("Streams and events", "pycudadrv._stream", None),
-    ("Memory", "pycudadrv._memory", None),
+    ("Host memory", "pycudadrv._host", None),
+    ("Device memory", "pycudadrv._memory", None),
+    ("Interop (foreign arrays and streams)", "pycudadrv._interop", None),
+    ("Kernel parameters (marshalling)", "pycudadrv._marshal", None),
+    ("Kernels", "pycudadrv._kernel", None),
+    ("Launches", "pycudadrv._launch", None),
     ("Modules", "pycudadrv._module", None),
-    ("Kernels and launches", "pycudadrv._launch", None),
     ("Graphs", "pycudadrv._graph", None),
-    ("Attribute tables", "pycudadrv._attributes", None),
-    ("Compilation (pycudadrv.nvrtc)", "pycudadrv.nvrtc", nvrtc.__all__),
-    ("Timing (pycudadrv.timestamps, pycudadrv.bench)", "pycudadrv.timestamps", timestamps.__all__),
-    (None, "pycudadrv.bench", bench.__all__),
-    ("Profiling and tracing (pycudadrv.profile)", "pycudadrv.profile", profile.__all__),
-    ("Shader-style dispatch (pycudadrv.dispatch)", "pycudadrv.dispatch", dispatch.__all__),
+    ("Launch sequences", "pycudadrv._sequence", None),
+    ("Device-side loops", "pycudadrv._loops", None),
+    ("Attribute tables", "pycudadrv._attributes", ["DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES"]),
+    ("Compilation (pycudadrv.nvrtc)", "pycudadrv.nvrtc", None),
+    ("Compile cache", "pycudadrv._compile_cache", ["cache_dir", "cache_size", "clear_cache"]),
+    ("Linking and fatbins (pycudadrv.link)", "pycudadrv.link", None),
+    ("Triton kernels (pycudadrv.triton)", "pycudadrv.triton", None),
+    ("Timing (pycudadrv.timestamps, pycudadrv.bench)", "pycudadrv.timestamps", None),
+    (None, "pycudadrv.bench", None),
+    ("Self-ordering queue (pycudadrv.queue)", "pycudadrv.queue", None),
+    ("Awaitable launches (pycudadrv.aio)", "pycudadrv.aio", None),
+    ("cuDNN (pycudadrv.cudnn)", "pycudadrv.cudnn", None),
+    ("Profiling and tracing (pycudadrv.profile)", "pycudadrv.profile", None),
+    ("NVTX ranges (pycudadrv.nvtx)", "pycudadrv.nvtx", None),
+    ("Configuration report (pycudadrv.config)", "pycudadrv.config", None),
+    ("Shader-style dispatch (pycudadrv.dispatch)", "pycudadrv.dispatch", None),
 ]
 # Public functions of the compiled modules that pycudadrv/__init__.py does not re-export.
 EXTRA = {"pycudadrv.nvrtc": ["default_include_dirs"]}
 CONSTANTS = {
+    "enabled": "True while NVTX ranges are recorded (`pycudadrv.nvtx.enable()`, `PYCUDADRV_NVTX=1`); "
+               "callers read `nvtx.enabled` before building a label, so off costs one attribute read.",
+    "DOMAIN": "The NVTX domain of pycudadrv's ranges.",
+    "__version__": "The package version (`pycudadrv/_version.py`, also the wheel's metadata).",
     "HEADER_CUDA_VERSION": "CUDA version of the `cuda.h` this build was compiled against (1000*major + 10*minor).",
     "MIN_DRIVER_VERSION": "Oldest driver pycudadrv runs on, as a CUDA version (1000*major + 10*minor).",
     "DEVICE_ATTRIBUTES": "`CU_DEVICE_ATTRIBUTE_*` name -> value, generated from `cuda.h`; "
@@ -52,6 +76,8 @@ CONSTANTS = {
     "FUNCTION_ATTRIBUTES": "`CU_FUNC_ATTRIBUTE_*` name -> value, generated from `cuda.h`; "
                            "names accepted by `Function.attribute`.",
 }
+# Values that depend on the environment the page is generated in: shown as their default.
+SHOWN = {"enabled": "False"}
 # Dunder members worth listing (others are plumbing).
 DUNDERS = {"__call__", "__getitem__", "__len__", "__sub__", "__enter__", "__cuda_array_interface__",
            "__cuda_stream__", "__dlpack__", "__dlpack_device__", "__float__"}
@@ -212,13 +238,14 @@ def split_signature(obj, name):
 
 
 def signature(obj):
-    """inspect.signature with string annotations evaluated where possible; '(...)' if none."""
-    for kw in ({"eval_str": True}, {}):
-        try:
-            return str(inspect.signature(obj, **kw))
-        except (TypeError, ValueError, NameError):
-            continue
-    return "(...)"
+    """The signature with annotations as written in the source (``from __future__ import
+    annotations`` keeps them as text, the same on every Python version); '(...)' if none."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return "(...)"
+    text = re.sub(r"(: |-> )'([^']*)'", r"\1\2", str(sig))
+    return re.sub(r'(: |-> )"([^"]*)"', r"\1\2", text)
 
 
 # --- rendering --------------------------------------------------------------------------
@@ -247,7 +274,7 @@ def render_class(cls, stubs):
     elif "__new__" in info:
         out += ["```python", info["__new__"][1], "```", ""]
     elif not issubclass(cls, BaseException) and cls.__init__ is not object.__init__:
-        out += ["```python", f"{cls.__name__}{signature(cls)}", "```", ""]
+        out += ["```python", f"{cls.__name__}{signature(cls)}".removesuffix(" -> None"), "```", ""]
     doc = inspect.cleandoc(cls.__doc__ or "")
     if re.match(r"^" + cls.__name__ + r"\(.*\)$", doc.partition("\n")[0]):
         # embedsignature's constructor line; Cython 3.3 misplaces keyword-only
@@ -299,24 +326,34 @@ def render_class(cls, stubs):
     return out
 
 
+def qualify(name, mod, modname):
+    """``pycudadrv.<name>`` when the package exports that very object, else ``<module>.<name>``."""
+    if name in pycudadrv.__all__ and getattr(pycudadrv, name, None) is getattr(mod, name, None):
+        return f"pycudadrv.{name}"
+    return f"{modname}.{name}"
+
+
 def main():
-    seen = set()
+    seen = set()  # qualified names already rendered
     out = ["# API reference", "",
            "Generated by `docs/gen_api.py` from the docstrings of the built package "
            "(signatures from Cython's `embedsignature`; constructor, property and attribute "
            "types from the `.pyi` stubs). Regenerate it after changing a docstring:", "",
-           "```sh", "python setup.py -q build_ext --inplace && python docs/gen_api.py > docs/api.md", "```", "",
+           "```sh", "python -m pip install -e . && python docs/gen_api.py > docs/api.md", "```", "",
+           "CI regenerates this page and fails when it differs from the committed one.", "",
            "Everything in `pycudadrv.__all__` is importable as `pycudadrv.<name>`; the section "
            "headings name the module each object is defined in.", ""]
     toc = []
     body = []
     for title, modname, names in SECTIONS:
-        mod = importlib.import_module(modname)
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:  # a module this checkout does not have (yet)
+            continue
         if names is None:
-            names = [n for n in pycudadrv.__all__
-                     if getattr(getattr(pycudadrv, n), "__module__", None) == modname
-                     or (modname == "pycudadrv._attributes" and n.endswith("_ATTRIBUTES"))
-                     or (modname == "pycudadrv._driver" and n in ("HEADER_CUDA_VERSION", "MIN_DRIVER_VERSION"))]
+            names = [n for n in getattr(mod, "__all__", ())
+                     if qualify(n, mod, modname) not in seen
+                     and getattr(getattr(mod, n), "__module__", modname) == modname]
         if title:
             anchor = re.sub(r"[^a-z0-9 -]", "", title.lower()).replace(" ", "-")
             toc.append(f"- [{title}](#{anchor})")
@@ -330,17 +367,20 @@ def main():
         consts = [n for n in names if n not in classes and n not in funcs]
         for n in consts:
             v = getattr(mod, n)
-            shown = f"dict of {len(v)} entries" if isinstance(v, dict) else repr(v)
-            body += [f"### `pycudadrv.{n}`", "", f"`{shown}`. {CONSTANTS.get(n, '')}".rstrip(), ""]
-            seen.add(n)
+            shown = f"dict of {len(v)} entries" if isinstance(v, dict) else SHOWN.get(n, repr(v))
+            qual = qualify(n, mod, modname)
+            body += [f"### `{qual}`", "", f"`{shown}`. {CONSTANTS.get(n, '')}".rstrip(), ""]
+            seen.add(qual)
         for n in classes:
             body += render_class(getattr(mod, n), stubs)
-            seen.add(n)
+            seen.add(qualify(n, mod, modname))
         for n in funcs:
-            qual = f"pycudadrv.{n}" if n in pycudadrv.__all__ else f"{modname}.{n}"
+            qual = qualify(n, mod, modname)
             body += render_function(getattr(mod, n), n, qual, stubs.get("", {}).get(n, (None, None))[1])
-            seen.add(n)
-    missing = [n for n in pycudadrv.__all__ if n not in seen]
+            seen.add(qual)
+    # Submodules in __all__ (bench, profile, ...) are documented by their own sections.
+    missing = [n for n in pycudadrv.__all__
+               if f"pycudadrv.{n}" not in seen and not inspect.ismodule(getattr(pycudadrv, n))]
     if missing:
         raise SystemExit(f"gen_api.py: names of pycudadrv.__all__ in no section: {missing}")
     glossary = ["## Type names used in this reference", "",

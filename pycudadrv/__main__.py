@@ -6,6 +6,10 @@ CUDA C++ compiled with ``pycudadrv.compile()``, checks the result against a
 NumPy float64 reference (relative error must be under 1e-5) and prints the
 steps per second. Exits 1 with one line saying why when CUDA is unavailable,
 2 when the check fails.
+
+``python -m pycudadrv --info`` prints :func:`pycudadrv.show_config` instead
+(version, driver, devices, NVRTC, cache, optional libraries, environment) and
+exits 0, with or without a GPU.
 """
 import argparse
 import sys
@@ -15,9 +19,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m pycudadrv", description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, default=2048, help="grid edge in cells (default 2048)")
     ap.add_argument("--steps", type=int, default=1000, help="time steps (default 1000)")
+    ap.add_argument("--info", action="store_true",
+                    help="print the configuration report (pycudadrv.show_config()) and exit")
     args = ap.parse_args(argv)
 
     import pycudadrv as cd
+
+    if args.info:
+        cd.show_config()
+        return 0
     from pycudadrv import heat
 
     try:

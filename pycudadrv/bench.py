@@ -1,11 +1,13 @@
 """do_bench: time a callable that enqueues GPU work, with CUDA events."""
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy.typing import NDArray
 
-from pycudadrv._stream import Event
+from pycudadrv._stream import Event, Stream
 
 __all__ = ["do_bench", "BenchResult"]
 
@@ -18,17 +20,18 @@ class BenchResult:
     mean: float
     min: float
     max: float
-    quantiles: dict = field(default_factory=dict)
-    times: np.ndarray = field(repr=False, default_factory=lambda: np.empty(0))
+    quantiles: dict[float, float] = field(default_factory=dict)
+    times: NDArray[np.float64] = field(repr=False, default_factory=lambda: np.empty(0))
     reps: int = 0
     graph: bool = False
 
-    def __float__(self):
+    def __float__(self) -> float:
         return self.median
 
 
-def do_bench(fn, *, warmup=25.0, rep=100.0, quantiles=(0.2, 0.5, 0.8), flush_l2=False, graph=False,
-             stream=None, calls_per_graph=10):
+def do_bench(fn: Callable[[], object], *, warmup: float = 25.0, rep: float = 100.0,
+             quantiles: Sequence[float] = (0.2, 0.5, 0.8), flush_l2: bool = False, graph: bool = False,
+             stream: Stream | None = None, calls_per_graph: int = 10) -> BenchResult:
     """Time ``fn()`` (which enqueues GPU work on ``stream``) with CUDA events.
 
     Parameters

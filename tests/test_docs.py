@@ -1,0 +1,183 @@
+"""Every ```python block of README.md and docs/tutorial.md runs as written, in order, in one namespace
+per page (what a reader pasting them one after the other gets).
+
+Markers, as comment lines inside a block:
+
+* ``# raises: ErrorName`` or ``# raises: ErrorName: text`` -- the block's last statement must raise
+  an exception of that class (or one derived from it) whose message contains ``text``; every
+  statement before it must not raise.
+* ``# requires: module`` -- the block is skipped where ``module`` cannot be imported (names it
+  would have defined then count as missing, and a later block needing one is skipped too).
+
+On the GPU machine every block must run (``test_page_runs_on_a_gpu``). Without a GPU
+(``test_page_runs_as_far_as_a_cpu_can``) a block that needs CUDA -- it raises
+CudaUnavailableError, or uses a name only such a block defines -- is skipped, and every other block
+must still do what it says.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import pycudadrv
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ["README.md", "docs/tutorial.md"]
+FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+RAISES = re.compile(r"^\s*#\s*raises:\s*(\w+)(?::\s*(.+?))?\s*$", re.M)
+REQUIRES = re.compile(r"^\s*#\s*requires:\s*([\w.]+)\s*$", re.M)
+
+
+@dataclass
+class Block:
+    page: str
+    line: int          # line of the opening fence, 1-based
+    source: str
+    raises: tuple[str, str | None] | None = None
+    requires: list[str] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def blocks(page: str) -> list[Block]:
+    text = (ROOT / page).read_text()
+    out = []
+    for m in FENCE.finditer(text):
+        src = m.group(1)
+        b = Block(page, text.count("\n", 0, m.start()) + 1, src)
+        r = RAISES.findall(src)
+        if len(r) > 1:
+            raise AssertionError(f"{b.where}: more than one '# raises:' marker in one block")
+        if r:
+            b.raises = (r[0][0], r[0][1] or None)
+        b.requires = REQUIRES.findall(src)
+        out.append(b)
+    return out
+
+
+def _page_or_skip(page: str) -> None:
+    if not (ROOT / page).is_file():
+        pytest.skip(f"{page} is not beside the tests (run them from a checkout or with the pages copied)")
+
+
+def exception_class(name: str) -> type[BaseException] | None:
+    obj = getattr(pycudadrv, name, None) or getattr(builtins, name, None)
+    return obj if isinstance(obj, type) and issubclass(obj, BaseException) else None
+
+
+def assigned_names(source: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return names
+
+
+class Skip(Exception):
+    """This block cannot run here (the reason is the message)."""
+
+
+def run_statements(b: Block, ns: dict) -> None:
+    """Execute ``b`` statement by statement; a '# raises:' block's last statement must raise."""
+    tree = ast.parse(b.source, filename=b.where)
+    stmts = tree.body
+    if b.raises is None:
+        exec(compile(tree, b.where, "exec"), ns)
+        return
+    name, text = b.raises
+    cls = exception_class(name)
+    if cls is None:
+        raise AssertionError(f"{b.where}: '# raises: {name}' names no exception of pycudadrv or builtins")
+    if stmts:
+        exec(compile(ast.Module(body=stmts[:-1], type_ignores=[]), b.where, "exec"), ns)
+    last = ast.Module(body=stmts[-1:], type_ignores=[])
+    try:
+        exec(compile(last, b.where, "exec"), ns)
+    except cls as e:
+        if text is not None and text not in str(e):
+            raise AssertionError(f"{b.where}: raised {type(e).__name__} as documented, but its message\n  {e}\n"
+                                 f"does not contain the documented text\n  {text}") from e
+        return
+    raise AssertionError(f"{b.where}: the block should raise {name} (its '# raises:' marker) but raised nothing")
+
+
+def run_page(page: str, *, gpu: bool) -> tuple[list[str], list[str]]:
+    """Run every block of ``page`` in order; returns (blocks run, blocks skipped with why)."""
+    ns: dict = {"__name__": "__docs__"}
+    missing: set[str] = set()      # names that skipped blocks would have defined
+    ran, skipped = [], []
+    for b in blocks(page):
+        try:
+            for mod in b.requires:
+                try:
+                    importlib.import_module(mod)
+                except ImportError as e:
+                    raise Skip(f"needs {mod} ({e})") from None
+            try:
+                run_statements(b, ns)
+            except NameError as e:
+                if e.name in missing:
+                    raise Skip(f"uses {e.name!r}, defined by a block skipped earlier") from None
+                raise
+            except pycudadrv.CudaUnavailableError as e:
+                if gpu:
+                    raise
+                raise Skip(f"needs CUDA ({e})") from None
+        except Skip as why:
+            missing |= assigned_names(b.source)
+            skipped.append(f"{b.where}: {why}")
+            continue
+        except AssertionError:
+            raise
+        except Exception as e:
+            raise AssertionError(f"{b.where}: the block raised {type(e).__name__}: {e}\n--- block ---\n{b.source}") \
+                from e
+        ran.append(b.where)
+    return ran, skipped
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_block_parses_and_its_markers_are_valid(page):
+    _page_or_skip(page)
+    found = blocks(page)
+    assert found, f"{page} has no ```python block"
+    for b in found:
+        ast.parse(b.source, filename=b.where)
+        if b.raises is not None:
+            assert exception_class(b.raises[0]) is not None, f"{b.where}: unknown exception {b.raises[0]}"
+
+
+def test_the_tutorial_shows_errors_as_raises_blocks():
+    _page_or_skip("docs/tutorial.md")
+    marked = [b for b in blocks("docs/tutorial.md") if b.raises]
+    assert {b.raises[0] for b in marked} >= {"ArgumentTypeError", "ArgumentValueError"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", PAGES)
+def test_page_runs_on_a_gpu(page, capsys):
+    _page_or_skip(page)
+    ran, skipped = run_page(page, gpu=True)   # only '# requires:' blocks (and what needs them) may skip
+    assert ran
+    print(f"{page}: {len(ran)} blocks ran, {len(skipped)} skipped:\n  " + "\n  ".join(skipped))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_runs_as_far_as_a_cpu_can(page):
+    _page_or_skip(page)
+    if pycudadrv.is_available():
+        pytest.skip("a GPU is present: test_page_runs_on_a_gpu runs every block")
+    ran, skipped = run_page(page, gpu=False)
+    print(f"{page}: {len(ran)} blocks ran, {len(skipped)} skipped:\n  " + "\n  ".join(skipped))

@@ -1,0 +1,228 @@
+"""pycudadrv.nvtx: off costs nothing and records nothing; on, ranges nest and pair up; the
+ctypes backend matches nvToolsExt.h and loads the NVTX library when one is installed (CPU only)."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pycudadrv
+from pycudadrv import nvtx
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LibraryUnavailableError
+
+
+def same_package_env(**extra):
+    """The environment for a child interpreter that imports this very pycudadrv (the one under
+    test, installed or built in place), whatever its working directory."""
+    env = dict(os.environ, **extra)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(pycudadrv.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+class Recorder:
+    """A backend that writes down what it is asked to do."""
+
+    name = "recorder"
+    path = None
+
+    def __init__(self):
+        self.calls = []
+
+    def push(self, label):
+        self.calls.append(("push", label))
+
+    def pop(self):
+        self.calls.append(("pop",))
+
+    def mark(self, label):
+        self.calls.append(("mark", label))
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    rec = Recorder()
+    monkeypatch.setattr(nvtx, "_impl", rec)
+    monkeypatch.setattr(nvtx, "enabled", False)
+    yield rec
+
+
+def test_off_by_default_in_a_fresh_interpreter(tmp_path):
+    env = same_package_env()
+    env.pop("PYCUDADRV_NVTX", None)
+    out = subprocess.run([sys.executable, "-c", "from pycudadrv import nvtx; print(nvtx.enabled, nvtx._impl)"],
+                         capture_output=True, text=True, env=env, check=True, cwd=tmp_path)
+    assert out.stdout.split() == ["False", "None"]
+
+
+def test_while_off_push_returns_false_and_records_nothing(recorder):
+    assert nvtx.push("step") is False
+    nvtx.mark("m")
+    with nvtx.range("block"):
+        pass
+    assert recorder.calls == []
+
+
+def test_enabled_ranges_nest_and_pop_in_reverse_order(recorder):
+    nvtx.enabled = True
+    with nvtx.range("outer"):
+        assert nvtx.push("inner") is True
+        nvtx.pop()
+    assert recorder.calls == [("push", "outer"), ("push", "inner"), ("pop",), ("pop",)]
+
+
+def test_range_pops_when_the_block_raises(recorder):
+    nvtx.enabled = True
+    with pytest.raises(KeyError):
+        with nvtx.range("failing"):
+            raise KeyError("x")
+    assert recorder.calls == [("push", "failing"), ("pop",)]
+
+
+def test_a_range_opened_while_on_is_closed_after_disable(recorder):
+    nvtx.enabled = True
+    with nvtx.range("spanning"):
+        nvtx.disable()
+        assert nvtx.push("ignored") is False
+    assert recorder.calls == [("push", "spanning"), ("pop",)]
+    assert nvtx.is_enabled() is False
+
+
+def test_labels_must_be_strings_while_on(recorder):
+    nvtx.enabled = True
+    with pytest.raises(ArgumentTypeError, match="nvtx.push: label must be a str, got int"):
+        nvtx.push(3)
+    with pytest.raises(ArgumentTypeError, match="nvtx.mark: label must be a str, got bytes"):
+        nvtx.mark(b"x")
+    assert recorder.calls == []
+
+
+def test_enable_refuses_an_unknown_backend():
+    with pytest.raises(ArgumentValueError, match="backend must be 'nvtx', 'ctypes' or None, got 'nsys'"):
+        nvtx.enable("nsys")
+
+
+def test_enable_without_any_backend_says_where_it_looked(monkeypatch):
+    monkeypatch.setattr(nvtx, "_impl", None)
+    monkeypatch.setattr(nvtx, "enabled", False)
+    monkeypatch.setattr(nvtx, "_library_candidates", lambda: iter(["/nonexistent/libnvtx3interop.so.1"]))
+    with pytest.raises(LibraryUnavailableError, match=r"NVTX library not found .*/nonexistent/libnvtx3interop\.so\.1"):
+        nvtx.enable("ctypes")
+    assert nvtx.enabled is False
+
+
+def test_the_environment_switch_without_a_backend_warns_and_stays_off(monkeypatch):
+    monkeypatch.setattr(nvtx, "_impl", None)
+    monkeypatch.setattr(nvtx, "enabled", False)
+    monkeypatch.setattr(nvtx, "_make", lambda which: (_ for _ in ()).throw(LibraryUnavailableError("none here")))
+    monkeypatch.setenv("PYCUDADRV_NVTX", "1")
+    with pytest.warns(RuntimeWarning, match="PYCUDADRV_NVTX is set but NVTX ranges stay off: none here"):
+        nvtx._from_environment()
+    assert nvtx.enabled is False
+
+
+def test_event_attributes_layout_is_nvtoolsext_h_on_64_bit_linux():
+    import ctypes
+
+    a = nvtx._EventAttributes
+    assert ctypes.sizeof(a) == 48
+    assert [(name, getattr(a, name).offset) for name, _ in a._fields_] == [
+        ("version", 0), ("size", 2), ("category", 4), ("colorType", 8), ("color", 12), ("payloadType", 16),
+        ("reserved0", 20), ("payload", 24), ("messageType", 32), ("message", 40)]
+
+
+def _nvtx_header():
+    cands = ["/usr/local/cuda/include"]
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            cands.insert(0, os.path.join(os.environ[var], "include"))
+    try:
+        import nvidia
+
+        cands += [os.path.join(b, "cu13", "include") for b in nvidia.__path__]
+    except ImportError:
+        pass
+    for c in cands:
+        if os.path.isfile(os.path.join(c, "nvtx3", "nvToolsExt.h")):
+            return c
+    return None
+
+
+def test_event_attributes_layout_matches_the_installed_header(tmp_path):
+    inc = _nvtx_header()
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if inc is None or cc is None:
+        pytest.skip("needs nvtx3/nvToolsExt.h (a CUDA toolkit or the nvidia-nvtx wheel) and a C compiler")
+    src = tmp_path / "layout.c"
+    src.write_text(textwrap.dedent("""
+        #include <stddef.h>
+        #include <stdio.h>
+        #include <nvtx3/nvToolsExt.h>
+        int main(void) {
+            printf("%zu %zu %zu %zu %d %d\\n", sizeof(nvtxEventAttributes_t),
+                   offsetof(nvtxEventAttributes_t, payload), offsetof(nvtxEventAttributes_t, messageType),
+                   offsetof(nvtxEventAttributes_t, message), NVTX_VERSION, (int)NVTX_MESSAGE_TYPE_ASCII);
+            return 0;
+        }
+    """))
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-I", inc, str(src), "-o", str(exe)], check=True, capture_output=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split()
+    a = nvtx._EventAttributes
+    assert out == [str(x) for x in (48, a.payload.offset, a.messageType.offset, a.message.offset,
+                                    nvtx._NVTX_VERSION, nvtx._NVTX_MESSAGE_TYPE_ASCII)]
+
+
+def _ctypes_backend_or_skip():
+    try:
+        return nvtx._CtypesImpl()
+    except LibraryUnavailableError as e:
+        pytest.skip(f"no NVTX C library here: {e}")
+
+
+def test_ctypes_backend_pushes_and_pops_through_the_library(monkeypatch):
+    impl = _ctypes_backend_or_skip()
+    monkeypatch.setattr(nvtx, "_impl", impl)
+    monkeypatch.setattr(nvtx, "enabled", True)
+    assert os.path.basename(impl.path).startswith(("libnvtx3interop.so", "libnvToolsExt.so"))
+    with nvtx.range("outer"):
+        with nvtx.range("inner \u00e9"):   # non-ASCII labels go as UTF-8 bytes
+            nvtx.mark("tick")
+    assert nvtx.library_path() == impl.path
+    assert "outer" in impl._attrs and "inner \u00e9" in impl._attrs
+
+
+def test_ctypes_backend_keeps_each_label_bytes_alive_with_its_attributes():
+    impl = _ctypes_backend_or_skip()
+    a, text = impl._attributes("pass 7")
+    import ctypes
+
+    assert text == b"pass 7"
+    assert ctypes.string_at(a.message) == b"pass 7"
+    assert (a.version, a.size, a.messageType) == (3, 48, 1)
+
+
+def test_package_backend_when_the_nvtx_package_is_installed(monkeypatch):
+    pytest.importorskip("nvtx")
+    monkeypatch.setattr(nvtx, "_impl", None)
+    monkeypatch.setattr(nvtx, "enabled", False)
+    assert nvtx.enable("nvtx") == "nvtx"
+    try:
+        with nvtx.range("through the nvtx package"):
+            nvtx.mark("tick")
+        assert nvtx.library_path() is None
+    finally:
+        nvtx.disable()
+
+
+def test_the_environment_switch_turns_ranges_on_at_import_where_a_backend_exists(tmp_path):
+    code = "from pycudadrv import nvtx; print(nvtx.enabled, nvtx._impl is not None and nvtx._impl.name)"
+    env = same_package_env(PYCUDADRV_NVTX="1")
+    if nvtx.backend() is None:
+        pytest.skip("neither the nvtx package nor an NVTX library is installed here")
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", code], capture_output=True,
+                         text=True, env=env, check=True, cwd=tmp_path)
+    assert out.stdout.split()[0] == "True"
+    assert out.stdout.split()[1] in ("nvtx", "ctypes")
