@@ -18,7 +18,7 @@ export PYTHONUNBUFFERED=1 PYCUDADRV_CACHE_DIR=${PYCUDADRV_CACHE_DIR:-/tmp/pycuda
 what=${*:-all}
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv || true
-  python3 -c "import Cython, numpy, sys; print('Python', sys.version.split()[0], 'Cython', Cython.__version__, 'numpy', numpy.__version__)"
+  python3 -c "import Cython, numpy, setuptools, sys; print('Python', sys.version.split()[0], 'Cython', Cython.__version__, 'numpy', numpy.__version__, 'setuptools', setuptools.__version__)"
 } 2>&1 | tee "$LOGS/env.txt"
 t0=$(date +%s)
 # Wheels carried with the call (nothing can be downloaded there), e.g. nvidia-nvfatbin.
@@ -28,8 +28,14 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 # An in-place build (what the README's editable install does, minus the copy into site-packages),
 # so the tests, the examples and `python -m pycudadrv` all run the built extension of this checkout.
-python3 setup.py -q build_ext --inplace > "$LOGS/build.log" 2>&1 \
-  || { tail -60 "$LOGS/build.log"; exit 1; }
+# A setuptools older than 77 refuses pyproject.toml's SPDX licence (nothing newer can be fetched
+# there): then build from a copy of the sources without pyproject.toml and copy the extensions back.
+if ! python3 setup.py -q build_ext --inplace > "$LOGS/build.log" 2>&1; then
+  tmp=$(mktemp -d)
+  cp -r setup.py pycudadrv include "$tmp"/
+  { (cd "$tmp" && python3 setup.py -q build_ext --inplace) >> "$LOGS/build.log" 2>&1 && cp "$tmp"/pycudadrv/*.so pycudadrv/; } \
+    || { tail -60 "$LOGS/build.log"; exit 1; }
+fi
 echo "built in place: $(python3 -c 'import pycudadrv; print(pycudadrv.__file__)') in $(( $(date +%s) - t0 )) s"
 rc=0
 has() { case " $what " in *" $1 "*|*" all "*) return 0 ;; esac; return 1; }
