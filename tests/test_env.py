@@ -56,3 +56,12 @@ def test_every_variable_read_is_documented():
     used = {u for u in used if not u.startswith(("PYCUDADRV_kDL", "PYCUDADRV_UNTIL", "PYCUDADRV_K"))}
     missing = sorted(used - set(_env.ENVIRONMENT_VARIABLES))
     assert missing == []
+
+
+def test_every_variable_is_in_the_overview_table():
+    import os
+
+    index = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "index.md")
+    rows = [line for line in open(index, encoding="utf-8") if line.startswith("| `")]
+    missing = [name for name in _env.ENVIRONMENT_VARIABLES if not any(f"`{name}`" in r for r in rows)]
+    assert missing == []
