@@ -80,8 +80,9 @@ def _grid(nx: int, rows: int) -> tuple[int, int]:
     return ((nx + heat.BLOCK[0] - 1) // heat.BLOCK[0], (rows + heat.BLOCK[1] - 1) // heat.BLOCK[1])
 
 
-def single_process(u0: np.ndarray, steps: int) -> np.ndarray:
-    """``steps`` steps of ``heat_step`` over the whole grid on one GPU (as ``heat.run``, any shape)."""
+def single_process(u0: np.ndarray, steps: int) -> tuple[np.ndarray, float]:
+    """``steps`` steps of ``heat_step`` over the whole grid on one GPU (as ``heat.run``, any
+    shape); returns ``(final grid, seconds for the steps)``."""
     import pycudadrv as cd
     from pycudadrv import heat
 
@@ -92,9 +93,13 @@ def single_process(u0: np.ndarray, steps: int) -> np.ndarray:
     b = cd.Buffer.from_numpy(np.full_like(u0, np.nan), stream=s)
     ab = fn.bind(_grid(nx, ny), heat.BLOCK, b, a, nx, ny, heat.ALPHA, stream=s)
     ba = fn.bind(_grid(nx, ny), heat.BLOCK, a, b, nx, ny, heat.ALPHA, stream=s)
+    s.synchronize()
+    t0 = time.perf_counter()
     for k in range(steps):
         (ab if k % 2 == 0 else ba).launch()
-    return (b if steps % 2 else a).to_numpy(stream=s)
+    s.synchronize()
+    seconds = time.perf_counter() - t0
+    return (b if steps % 2 else a).to_numpy(stream=s), seconds
 
 
 class SlabHeat:
@@ -181,6 +186,7 @@ class SlabHeat:
         """``steps`` steps; timings over the steps after the first ``warmup``."""
         A, B, hx, ev = self.A, self.B, self.hx, self.events
         launch_full, launch_int, bufs = self.full, self.interior, (self.a, self.b)
+        lonely = hx.lonely               # one rank: nothing to exchange, the host never waits
         prev_done = ev[-1]["done"].record(A)
         A.synchronize()
         self.comm.Barrier()
@@ -199,7 +205,8 @@ class SlabHeat:
                 launch_int[p]()
                 e["i1"].record(A)
             t0 = time.perf_counter()
-            prev_done.synchronize()      # the rows to send are written (the previous step is done)
+            if not lonely:
+                prev_done.synchronize()  # the rows to send are written (the previous step is done)
             t1 = time.perf_counter()
             e["x0"].record(B)
             hx.exchange(src, after=prev_done)
@@ -217,12 +224,12 @@ class SlabHeat:
             if k >= warmup:
                 acc["wait"] += t1 - t0
                 acc["exch"] += t2 - t1
-            if k - 1 >= warmup:
+            if k - 1 >= warmup and not lonely:
                 self._account(acc, k - 1)
             prev_done = e["done"]
         A.synchronize()
         seconds = time.perf_counter() - t_start
-        if steps - 1 >= warmup:
+        if steps - 1 >= warmup and not lonely:
             self._account(acc, steps - 1)
         n = max(steps - warmup, 1)
         return {"seconds": seconds, "timed_steps": steps - warmup, "wait_ms": acc["wait"] * 1e3 / n,
@@ -359,15 +366,19 @@ def _check_and_report(args, ny, nx, u0, full, per_rank, size, dec, awareness, tr
           f"rank, {timed} timed steps after {warmup}); exchanges {mean['exchange_ms']:.3f} ms/step on the host "
           f"(mean of the ranks), {mean['exchange_gpu_ms']:.3f} ms on the GPU clock; interior "
           f"{mean['interior_gpu_ms']:.3f} ms/step")
-    print(f"overlap: {mean['overlap_fraction'] * 100:.1f}% of the exchange hidden behind interior compute "
-          f"(ranks: {', '.join('%.0f%%' % (r['overlap_fraction'] * 100) for r in per_rank)})")
+    if size == 1:
+        print("overlap: nothing to overlap (one rank, no halo exchange)")
+    else:
+        print(f"overlap: {mean['overlap_fraction'] * 100:.1f}% of the exchange hidden behind interior compute "
+              f"(ranks: {', '.join('%.0f%%' % (r['overlap_fraction'] * 100) for r in per_rank)})")
     square_default = ny == nx and args.seed is None
     if square_default:
-        single, _ = heat.run(nx, steps)
+        single, single_s = heat.run(nx, steps)
         single_name = "pycudadrv.heat.run"
     else:
-        single = single_process(u0, steps)
+        single, single_s = single_process(u0, steps)
         single_name = "heat_step on the whole grid, one process"
+    print(f"single-process run ({single_name}): {single_s * 1e3 / steps:.4f} ms/step")
     same = bool(np.array_equal(full, single))
     diff = float(np.nanmax(np.abs(full.astype(np.float64) - single))) if not same else 0.0
     print(f"check: gathered result bit-identical to the single-process run ({single_name}): "
@@ -388,6 +399,7 @@ def _check_and_report(args, ny, nx, u0, full, per_rank, size, dec, awareness, tr
               "exchange_ms_per_step": mean["exchange_ms"], "wait_ms_per_step": mean["wait_ms"],
               "exchange_gpu_ms_per_step": mean["exchange_gpu_ms"], "interior_gpu_ms_per_step": mean["interior_gpu_ms"],
               "overlap_fraction": mean["overlap_fraction"], "matches_single": same, "single_process": single_name,
+              "single_process_ms_per_step": single_s * 1e3 / steps,
               "rel_error": err, "ok": ok, "per_rank": per_rank}
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -218,6 +218,7 @@ class HaloExchange:
         self._check_consistent()
         self._stream = stream
         self._staging: list[Any] | None = None
+        self._staging_arrays: tuple[np.ndarray, ...] = ()
         self._ready: Any = None
         self._views: dict[int, tuple[Any, tuple[_CudaRows, ...]]] = {}
         self.count = 0
@@ -235,6 +236,11 @@ class HaloExchange:
                     f"HaloExchange: rank {d.rank} describes a {d.ny} x {d.nx} grid of {self.dtype} with halo "
                     f"{d.halo}, {others} other rank(s) a {common[0]} x {common[1]} grid of {np.dtype(common[3])} "
                     f"with halo {common[2]}")
+
+    @property
+    def lonely(self) -> bool:
+        """No neighbour at all (one rank): an exchange only orders the ready event after ``after``."""
+        return self.decomposition.up is None and self.decomposition.down is None
 
     @property
     def stream(self) -> Any:
@@ -348,8 +354,9 @@ class HaloExchange:
             ready = None
             if self.transfer == "device":
                 views = self._device_views(field)
-                self._wait_host(after, buf)
-                self._sendrecv(*views)
+                if not self.lonely:
+                    self._wait_host(after, buf)
+                    self._sendrecv(*views)
                 if buf is not None or self._stream is not None:
                     ready = self._ready_on(self._ensure_stream(buf.device if buf is not None else None))
             else:
@@ -386,9 +393,11 @@ class HaloExchange:
         n, item = d.halo_elements, self.dtype.itemsize
         if self._staging is None:
             self._staging = [cd.HostBuffer.empty(n, self.dtype, device=buf.device) for _ in range(4)]
-        send_up, send_down, recv_up, recv_down = (h.array for h in self._staging)
+            self._staging_arrays = tuple(h.array for h in self._staging)
+        send_up, send_down, recv_up, recv_down = self._staging_arrays
         if after is None:
-            buf.device.synchronize()
+            if not self.lonely:
+                buf.device.synchronize()
         elif isinstance(after, cd.Event):
             s.wait(after)
         elif isinstance(after, cd.Stream):
@@ -396,6 +405,8 @@ class HaloExchange:
         else:
             raise ArgumentTypeError(f"HaloExchange.exchange: after must be an Event, a Stream or None, got "
                                     f"{type(after).__name__}")
+        if self.lonely:
+            return
         nb = n * item
         if d.up is not None:
             buf.read(out=send_up, offset=d.send_up_offset * item, nbytes=nb, stream=s, synchronize=False)
@@ -412,6 +423,7 @@ class HaloExchange:
         """Free the pinned staging (``cuMemFreeHost``) once its copies are done."""
         if self._stream is not None and self._staging is not None:
             self._stream.synchronize()
+        self._staging_arrays = ()             # the numpy views go first: HostBuffer.close() refuses while they live
         for h in self._staging or ():
             h.close()
         self._staging = None

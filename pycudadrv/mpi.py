@@ -345,10 +345,11 @@ def local_rank(comm: Any = None, *, method: str = "auto") -> LocalRank:
 def _ordinal_list(ordinal: Any, where: str) -> list[int]:
     if isinstance(ordinal, str):
         try:
-            return [int(p) for p in ordinal.split(",") if p.strip()]
+            seq: list[Any] = [int(p) for p in ordinal.split(",") if p.strip()]
         except ValueError:
             raise ArgumentValueError(f"{where}: expected comma-separated device ordinals, got {ordinal!r}") from None
-    seq = list(ordinal) if isinstance(ordinal, (list, tuple, range)) else [ordinal]
+    else:
+        seq = list(ordinal) if isinstance(ordinal, (list, tuple, range)) else [ordinal]
     for o in seq:
         if isinstance(o, (bool, np.bool_)) or not isinstance(o, (int, np.integer)):
             raise ArgumentTypeError(f"{where}: device ordinals must be ints, got {o!r}")
@@ -446,12 +447,11 @@ def assign_device(comm: Any = None, *, ordinal: Any = None, device_count: int | 
         candidates = None
         if device_count is None:
             import pycudadrv
-            from pycudadrv import _device
 
             device_count = pycudadrv.device_count()
             spec = os.environ.get("PYCUDADRV_DEVICES")
             if ordinal is None and spec is not None:
-                candidates = list(_device._parse_selection(spec, "PYCUDADRV_DEVICES"))
+                candidates = _ordinal_list(spec, "PYCUDADRV_DEVICES")
         if isinstance(device_count, bool) or not isinstance(device_count, (int, np.integer)):
             raise ArgumentTypeError(f"assign_device: device_count must be an int, got {device_count!r}")
         rank = comm.Get_rank()

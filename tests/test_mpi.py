@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -187,7 +186,6 @@ def test_a_device_that_does_not_exist_is_an_error_naming_rank_device_and_count(m
 
 
 def test_cuda_aware_switch_values_and_ompi_info_parsing():
-    from pycudadrv import _mpi_halo  # noqa: F401 -- the halo module imports from pycudadrv.mpi
     tri = mpi._tristate
     assert [tri("V", v) for v in (None, "", "1", " ON ", "no", "False")] == [None, None, True, True, False, False]
     with pytest.raises(cd.ArgumentValueError, match="PYCUDADRV_MPI_CUDA_AWARE='maybe' is not a switch"):
