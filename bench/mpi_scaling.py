@@ -6,11 +6,15 @@ What is measured
 Each configuration is one ``mpirun -n P python examples/heat_mpi.py ...`` (the launcher line
 of ``pycudadrv.mpi.mpirun_command``), whose rank 0 writes a JSON report:
 
-* **strong scaling** -- a fixed ``--n`` x ``--n`` grid (2048) split over 1, 2 and 4 ranks, each
+* **strong scaling** -- a fixed ``--n`` x ``--n`` grid (8192) split over 1, 2 and 4 ranks, each
   run twice: overlapped (interior computed while the halo is in flight, the default) and
   serial (``--no-overlap``: exchange, then compute);
-* **weak scaling** -- ``--rows`` (512) rows of width ``--n`` per rank, so the grid grows with
-  the ranks (512, 1024, 2048 rows), overlapped.
+* **weak scaling** -- ``--rows`` (2048) rows of width ``--n`` per rank, so the grid grows with
+  the ranks (2048, 4096, 8192 rows), overlapped.
+
+The grid is large (8192^2 floats: about 0.5 GB of memory traffic per step) so that the interior
+kernel runs long enough to hide an exchange behind; at the main job's 2048^2 a step's kernel
+is 16 times shorter and the exchange's fixed costs dominate.
 
 Per run: milliseconds per step (wall time of the slowest rank over the timed steps, after
 ``--warmup``), host milliseconds per step in halo exchanges (mean of the ranks), and the overlap
@@ -109,9 +113,9 @@ def _median(reports: list[dict], key: str) -> float:
 
 def main(argv=None) -> int:
     ap = new_parser(__doc__)
-    ap.add_argument("--n", type=int, default=2048, help="grid width; strong-scaling grid is n x n (default 2048)")
-    ap.add_argument("--rows", type=int, default=512, help="rows per rank for weak scaling (default 512)")
-    ap.add_argument("--steps", type=int, default=1000, help="steps per run, warm-up included (default 1000)")
+    ap.add_argument("--n", type=int, default=8192, help="grid width; strong-scaling grid is n x n (default 8192)")
+    ap.add_argument("--rows", type=int, default=2048, help="rows per rank for weak scaling (default 2048)")
+    ap.add_argument("--steps", type=int, default=600, help="steps per run, warm-up included (default 600)")
     ap.add_argument("--warmup", type=int, default=50, help="steps left out of the timings (default 50)")
     ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every configuration (default 2)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mpirun (default 300)")
