@@ -46,9 +46,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, wherever we are run from
 
-from _common import (  # noqa: E402
-    add_output_args, environment, log, median_or_nan, new_parser, pyplot, save_figure, write_json,
-)
+from _harness import median_or_nan  # noqa: E402
+from _report import add_output_args, environment, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "heat_mpi.py"
@@ -203,7 +202,7 @@ def main(argv=None) -> int:
         "gpus": n_dev,
         "ranks_share_one_gpu": shared,
     }
-    data = {"benchmark": NAME, **environment(),
+    data = {"summary": summary, "benchmark": NAME, **environment(),
             "device": {"name": dev.name, "ordinal": 0, "count": n_dev, "arch": dev.arch},
             "driver_version": f"{dv[0]}.{dv[1]}", "pycudadrv_version": cd.__version__,
             "mpi_library": any_ok["mpi_library"] if any_ok else None,
@@ -211,17 +210,10 @@ def main(argv=None) -> int:
             "launcher": " ".join(mpi.mpirun_command(2)),
             "config": {"n": args.n, "rows_per_rank_weak": args.rows, "steps": args.steps, "warmup": args.warmup,
                        "rounds": args.rounds, "ranks": list(RANKS)},
-            "summary": summary, "note": note, "strong": strong, "weak": weak, "total_seconds": total_s,
+            "note": note, "strong": strong, "weak": weak, "total_seconds": total_s,
             "runs": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in results.items()}}
-    out_json = args.results_dir / f"{NAME}.json"
-    write_json(out_json, data)
-    if not args.no_plot:
-        try:
-            plot(out_json.with_suffix(".png"), strong, weak, summary, title)
-            log(f"wrote {_rel(out_json.with_suffix('.png'))}")
-        except ImportError:
-            log("matplotlib not installed: no PNG")
-    log(f"wrote {_rel(out_json)}")
+    write_report(args.results_dir, NAME, data,
+                 None if args.no_plot else (lambda path: plot(path, strong, weak, summary, title)))
     log(f"note: {note}")
 
     print(f"\n=== {NAME}: {title} ({total_s:.0f} s) ===")

@@ -29,21 +29,17 @@ See docs/mpi.md.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import re
-import shutil
-import subprocess
-import sys
-import traceback
+import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any
 
 import numpy as np
 
-from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaUnavailableError,
-                               LibraryUnavailableError)
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
+from pycudadrv._mpi_setup import (ENV_CUDA_AWARE, LOCAL_RANK_VARIABLES, TRANSFERS, CudaAwareness, DeviceAssignment,
+                                  LocalRank, _comm_or_world, _guard, abort_on_error, assign_device,
+                                  detect_cuda_aware, device_ordinal_for, fail, local_rank, local_rank_from_env,
+                                  mpirun_command, require_mpi, select_device)
 
 __all__ = [
     "ENV_CUDA_AWARE", "LOCAL_RANK_VARIABLES", "TRANSFERS", "require_mpi", "CudaAwareness", "detect_cuda_aware",
@@ -52,476 +48,424 @@ __all__ = [
     "abort_on_error", "mpirun_command",
 ]
 
-#: Environment variable that forces the CUDA-aware answer: 1/true/yes/on or 0/false/no/off.
-ENV_CUDA_AWARE = "PYCUDADRV_MPI_CUDA_AWARE"
-#: Launcher variables giving the node-local rank (and size), tried in this order.
-LOCAL_RANK_VARIABLES: tuple[tuple[str, str | None], ...] = (
-    ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),   # Open MPI
-    ("MPI_LOCALRANKID", "MPI_LOCALNRANKS"),                         # MPICH (Hydra), Intel MPI
-    ("MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE"),     # MVAPICH2
-    ("SLURM_LOCALID", None),                                        # srun (only when SLURM_PROCID is our rank)
-)
-#: Halo transfer paths: device memory handed to MPI, or pinned host staging.
-TRANSFERS = ("device", "staged")
-_TRUE = frozenset(("1", "true", "yes", "on"))
-_FALSE = frozenset(("0", "false", "no", "off"))
 
+# --------------------------------------------------------------------------- decomposition
 
-# --------------------------------------------------------------------------- mpi4py, errors, aborts
+def _divisors(n: int, limit: int = 8) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0][:limit]
 
-def require_mpi() -> Any:
-    """The ``mpi4py.MPI`` module (importing it initialises MPI).
-
-    Raises LibraryUnavailableError, naming mpi4py and how to install it, when
-    mpi4py (or the MPI library it loads) cannot be imported."""
-    try:
-        from mpi4py import MPI
-    except ImportError as err:
-        raise LibraryUnavailableError(
-            f"pycudadrv.mpi needs mpi4py, which could not be imported ({err}); install it with "
-            "`pip install \"pycudadrv[mpi]\"` (or `pip install mpi4py`) next to an MPI library such as Open MPI "
-            "(`apt-get install openmpi-bin libopenmpi-dev`) or MPICH") from err
-    return MPI
-
-
-def _comm_or_world(comm: Any) -> Any:
-    return require_mpi().COMM_WORLD if comm is None else comm
-
-
-def fail(comm: Any, err: BaseException, *, abort: bool | None = None, exit_code: int = 1,
-         show_traceback: bool = False) -> None:
-    """Report ``err`` on this rank and abort ``comm``, or raise ``err``.
-
-    Prints ``pycudadrv.mpi: rank R of N: <ErrorClass>: <message>`` on stderr
-    (flushed), then ``comm.Abort(exit_code)`` (``MPI_Abort``: every process of
-    the job ends, none is left waiting for this one). ``abort=None`` aborts
-    when ``comm`` has more than one process and raises ``err`` otherwise
-    (``comm=None``: ``MPI.COMM_WORLD``)."""
-    comm = _comm_or_world(comm)
-    size, rank = comm.Get_size(), comm.Get_rank()
-    if abort is None:
-        abort = size > 1
-    if not abort:
-        raise err
-    text = "".join(traceback.format_exception(type(err), err, err.__traceback__)) if show_traceback else ""
-    sys.stdout.flush()
-    sys.stderr.write(f"{text}pycudadrv.mpi: rank {rank} of {size}: {type(err).__name__}: {err}\n"
-                     f"pycudadrv.mpi: rank {rank} aborts the communicator (MPI_Abort, exit code {exit_code})\n")
-    sys.stderr.flush()
-    comm.Abort(exit_code)
-
-
-@contextlib.contextmanager
-def _guard(comm: Any, abort: bool | None) -> Iterator[None]:
-    try:
-        yield
-    except Exception as err:   # noqa: BLE001 -- any failure on one rank must not leave the others waiting
-        fail(comm, err, abort=abort)
-        raise
-
-
-@contextlib.contextmanager
-def abort_on_error(comm: Any = None, *, abort: bool | None = None, exit_code: int = 1) -> Iterator[Any]:
-    """``with abort_on_error(comm):`` -- an exception (or Ctrl-C) in the block
-    prints its traceback and ``pycudadrv.mpi: rank R of N: ...`` on stderr and
-    aborts ``comm`` (see :func:`fail`), so the other ranks do not hang in
-    their next MPI call. ``SystemExit`` passes through. Yields ``comm``
-    (``MPI.COMM_WORLD`` when None)."""
-    comm = _comm_or_world(comm)
-    try:
-        yield comm
-    except (Exception, KeyboardInterrupt) as err:   # noqa: BLE001
-        fail(comm, err, abort=abort, exit_code=exit_code, show_traceback=True)
-        raise
-
-
-# --------------------------------------------------------------------------- CUDA-aware detection
 
 @dataclass(frozen=True)
-class CudaAwareness:
-    """Whether the MPI library takes device pointers, and how that was decided.
+class SlabDecomposition:
+    """One rank's horizontal slab of a ``ny x nx`` grid (C order, rows of ``nx``).
 
-    ``source`` names the call or setting that decided (``"MPIX_Query_cuda_support()"``,
-    ``"PYCUDADRV_MPI_CUDA_AWARE=0"``, ...); ``library`` is the first line of
-    ``MPI.Get_library_version()``."""
+    The rank owns ``rows`` global rows from ``row_start``; its local array has
+    ``halo`` extra rows above and below (``local_shape = (rows + 2*halo, nx)``):
+    local row ``halo + i`` is global row ``row_start + i``. ``up`` / ``down``
+    are the neighbour ranks (None at the global top / bottom edge, which is a
+    fixed boundary). Offsets are in elements of the local array."""
 
-    cuda_aware: bool
-    source: str
-    library: str = ""
+    ny: int
+    nx: int
+    size: int
+    rank: int
+    halo: int
+    rows: int
+    row_start: int
+    up: int | None
+    down: int | None
+
+    @staticmethod
+    def for_comm(comm: Any, ny: int, nx: int, halo: int = 1, *, abort: bool | None = None) -> SlabDecomposition:
+        """:func:`decompose_rows` for ``comm``'s size and rank; errors abort ``comm``."""
+        comm = _comm_or_world(comm)
+        with _guard(comm, abort):
+            return decompose_rows(ny, nx, comm.Get_size(), comm.Get_rank(), halo)
 
     @property
-    def transfer(self) -> str:
-        """The halo path this answer picks: ``"device"`` or ``"staged"``."""
-        return "device" if self.cuda_aware else "staged"
+    def local_rows(self) -> int:
+        return self.rows + 2 * self.halo
 
-    def __str__(self) -> str:
-        return f"CUDA-aware: {'yes' if self.cuda_aware else 'no'} ({self.source})"
+    @property
+    def local_shape(self) -> tuple[int, int]:
+        return (self.local_rows, self.nx)
 
+    @property
+    def halo_elements(self) -> int:
+        """Elements in one side's halo (``halo * nx``)."""
+        return self.halo * self.nx
 
-def _tristate(name: str, raw: str | None) -> bool | None:
-    """None for unset/empty, else the switch value; anything else is an ArgumentValueError."""
-    if raw is None or not raw.strip():
-        return None
-    v = raw.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise ArgumentValueError(f"{name}={raw!r} is not a switch: use 1/0, true/false, yes/no or on/off "
-                             "(or unset it to detect)")
+    @property
+    def own(self) -> slice:
+        """Local rows this rank owns."""
+        return slice(self.halo, self.halo + self.rows)
 
+    @property
+    def global_rows(self) -> slice:
+        """Global rows this rank owns."""
+        return slice(self.row_start, self.row_start + self.rows)
 
-def _parse_ompi_info(text: str) -> bool | None:
-    """``ompi_info --parsable --all`` output -> built with CUDA support (None when not said)."""
-    m = re.search(r"_built_with_cuda_support:value:(\w+)", text)
-    return None if m is None else m.group(1).lower() in _TRUE
+    @property
+    def recv_up_offset(self) -> int:
+        """Start of the upper halo (filled from ``up``)."""
+        return 0
 
+    @property
+    def send_up_offset(self) -> int:
+        """Start of the first own rows (sent to ``up``)."""
+        return self.halo * self.nx
 
-def _loaded_mpi_libraries() -> list[str]:
-    """Paths of the MPI libraries mapped into this process (Linux /proc/self/maps)."""
-    out: list[str] = []
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.rsplit(None, 1)[-1] if "/" in line else ""
-                if re.match(r"lib(mpi|mpich)[._]", os.path.basename(path)) and path not in out:
-                    out.append(path)
-    except OSError:
-        pass
-    return out
+    @property
+    def send_down_offset(self) -> int:
+        """Start of the last own rows (sent to ``down``)."""
+        return self.rows * self.nx
 
+    @property
+    def recv_down_offset(self) -> int:
+        """Start of the lower halo (filled from ``down``)."""
+        return (self.rows + self.halo) * self.nx
 
-def _query_library(lib: Any) -> tuple[bool, str] | None:
-    """Ask an MPI library handle (ctypes) for CUDA support; None when it has no query."""
-    f = getattr(lib, "MPIX_Query_cuda_support", None)
-    if f is not None:
-        f.restype = ctypes.c_int
-        f.argtypes = []
-        v = int(f())
-        return v == 1, f"MPIX_Query_cuda_support() returned {v}"
-    f = getattr(lib, "MPIX_GPU_query_support", None)
-    if f is not None:
-        out = ctypes.c_int(0)
-        rc = int(f(0, ctypes.byref(out)))   # MPIX_GPU_SUPPORT_CUDA = 0
-        if rc == 0:
-            return out.value == 1, f"MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA) gave {out.value}"
-    return None
+    def slab_of(self, grid: np.ndarray, fill: float = np.nan) -> np.ndarray:
+        """This rank's local array cut from the global ``grid`` (``ny x nx``):
+        own rows, the neighbours' rows in the halos, ``fill`` where there is no
+        neighbour. Raises ArgumentValueError for a grid of another shape."""
+        if tuple(grid.shape) != (self.ny, self.nx):
+            raise ArgumentValueError(f"slab_of: grid has shape {tuple(grid.shape)}, the decomposition is of "
+                                     f"{self.ny} x {self.nx}")
+        out = np.full(self.local_shape, fill, dtype=grid.dtype)
+        lo, hi = self.row_start - self.halo, self.row_start + self.rows + self.halo
+        a, b = max(lo, 0), min(hi, self.ny)
+        out[a - lo:b - lo] = grid[a:b]
+        return out
 
 
-def detect_cuda_aware(force: bool | None = None) -> CudaAwareness:
-    """Whether the MPI library under mpi4py can send and receive device memory.
-
-    In order: ``force`` (True/False), the ``PYCUDADRV_MPI_CUDA_AWARE`` switch,
-    ``MPI.Query_cuda_support()`` where mpi4py has it, the library's own query
-    (``MPIX_Query_cuda_support``: Open MPI, MVAPICH2, recent MPICH;
-    ``MPIX_GPU_query_support``: MPICH 4), ``MPIR_CVAR_ENABLE_GPU=0`` for MPICH,
-    ``ompi_info``'s ``*_built_with_cuda_support`` for an Open MPI without the
-    query. Nothing conclusive means not CUDA-aware (the safe answer).
-
-    Raises ArgumentTypeError for a ``force`` that is not a bool or None,
-    ArgumentValueError for a ``PYCUDADRV_MPI_CUDA_AWARE`` that is not a switch,
-    LibraryUnavailableError without mpi4py."""
-    if force is not None and not isinstance(force, (bool, np.bool_)):
-        raise ArgumentTypeError(f"detect_cuda_aware: force must be True, False or None, got {force!r}")
-    MPI = require_mpi()
-    library = MPI.Get_library_version().replace("\x00", "").strip().splitlines()
-    library = library[0].strip() if library else "unknown MPI library"
-    if force is not None:
-        return CudaAwareness(bool(force), "forced by the caller", library)
-    env = _tristate(ENV_CUDA_AWARE, os.environ.get(ENV_CUDA_AWARE))
-    if env is not None:
-        return CudaAwareness(env, f"{ENV_CUDA_AWARE}={os.environ[ENV_CUDA_AWARE].strip()}", library)
-    query = getattr(MPI, "Query_cuda_support", None)
-    if callable(query):
-        v = bool(query())
-        return CudaAwareness(v, f"mpi4py MPI.Query_cuda_support() returned {v}", library)
-    if "MPICH" in library.upper() and _tristate("MPIR_CVAR_ENABLE_GPU",
-                                                os.environ.get("MPIR_CVAR_ENABLE_GPU")) is False:
-        return CudaAwareness(False, "MPIR_CVAR_ENABLE_GPU=0 turns MPICH's GPU support off", library)
-    if MPI.Is_initialized() and not MPI.Is_finalized():
-        handles: list[Any] = []
-        with contextlib.suppress(OSError):
-            handles.append(ctypes.CDLL(None))
-        for path in _loaded_mpi_libraries():
-            with contextlib.suppress(OSError, AttributeError):
-                handles.append(ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY))
-        for lib in handles:
-            answer = _query_library(lib)
-            if answer is not None:
-                return CudaAwareness(answer[0], answer[1], library)
-    if "OPEN MPI" in library.upper() and shutil.which("ompi_info"):
-        try:
-            text = subprocess.run(["ompi_info", "--parsable", "--all"], capture_output=True, text=True,
-                                  timeout=60).stdout
-        except (OSError, subprocess.SubprocessError):
-            text = ""
-        built = _parse_ompi_info(text)
-        if built is not None:
-            return CudaAwareness(built, f"ompi_info: built with CUDA support: {str(built).lower()}", library)
-    return CudaAwareness(False, f"no CUDA-support query answered; assuming not CUDA-aware "
-                                f"(set {ENV_CUDA_AWARE}=1 to force)", library)
-
-
-# --------------------------------------------------------------------------- local rank and devices
-
-class LocalRank(NamedTuple):
-    """This process's rank among the ranks of its node: ``rank`` of ``size``
-    (None when the launcher does not say), and where that came from."""
-
-    rank: int
-    size: int | None
-    source: str
-
-
-def _env_index(name: str, raw: str) -> int:
-    try:
-        v = int(raw.strip())
-    except ValueError:
-        raise ArgumentValueError(f"local_rank: {name}={raw!r} is not an integer") from None
-    if v < 0:
-        raise ArgumentValueError(f"local_rank: {name}={raw!r} is negative")
-    return v
-
-
-def local_rank_from_env(environ: Mapping[str, str] | None = None, world_rank: int | None = None) -> LocalRank | None:
-    """The node-local rank the launcher put in the environment
-    (:data:`LOCAL_RANK_VARIABLES`, first match), or None. ``SLURM_LOCALID`` counts
-    only when ``SLURM_PROCID`` equals ``world_rank`` (under ``mpirun`` inside an
-    allocation every rank inherits the launcher's). Pure; no MPI needed.
-
-    Raises ArgumentValueError for a value that is not a non-negative integer,
-    or a local rank not below its local size."""
-    env = os.environ if environ is None else environ
-    for rank_var, size_var in LOCAL_RANK_VARIABLES:
-        raw = env.get(rank_var)
-        if raw is None or not raw.strip():
-            continue
-        if rank_var == "SLURM_LOCALID":
-            procid = env.get("SLURM_PROCID")
-            if world_rank is None or procid is None or procid.strip() != str(world_rank):
-                continue
-        lr = _env_index(rank_var, raw)
-        size = None
-        if size_var is not None and env.get(size_var, "").strip():
-            size = _env_index(size_var, env[size_var])
-            if lr >= size:
-                raise ArgumentValueError(f"local_rank: {rank_var}={lr} is not below {size_var}={size}")
-        return LocalRank(lr, size, rank_var)
-    return None
-
-
-def local_rank(comm: Any = None, *, method: str = "auto") -> LocalRank:
-    """This rank's node-local rank within ``comm`` (default ``MPI.COMM_WORLD``).
-
-    ``method``: ``"env"`` (the launcher variables; ``comm`` must be
-    COMM_WORLD or congruent to it), ``"split"`` (collective:
-    ``comm.Split_type(MPI.COMM_TYPE_SHARED)``, the rank in the node's
-    sub-communicator), ``"auto"`` (env when it applies, else split; every
-    rank of one launch decides alike, since the launcher sets the variables
-    for all of them).
-
-    Raises ArgumentValueError for an unknown method, or ``"env"`` without a
-    launcher variable or on another communicator."""
-    if method not in ("auto", "env", "split"):
-        raise ArgumentValueError(f"local_rank: method must be 'auto', 'env' or 'split', got {method!r}")
-    MPI = require_mpi()
-    comm = _comm_or_world(comm)
-    if method != "split":
-        world = MPI.Comm.Compare(comm, MPI.COMM_WORLD) in (MPI.IDENT, MPI.CONGRUENT)
-        found = local_rank_from_env(world_rank=MPI.COMM_WORLD.Get_rank()) if world else None
-        if found is not None:
-            return found
-        if method == "env":
-            why = ("no launcher variable (" + ", ".join(v for v, _ in LOCAL_RANK_VARIABLES) + ") is set") \
-                if world else "the launcher variables describe MPI.COMM_WORLD, not this communicator"
-            raise ArgumentValueError(f"local_rank(method='env'): {why}; use method='split'")
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
-    try:
-        return LocalRank(node.Get_rank(), node.Get_size(), "Split_type(COMM_TYPE_SHARED)")
-    finally:
-        node.Free()
-
-
-def _ordinal_list(ordinal: Any, where: str) -> list[int]:
-    if isinstance(ordinal, str):
-        try:
-            seq: list[Any] = [int(p) for p in ordinal.split(",") if p.strip()]
-        except ValueError:
-            raise ArgumentValueError(f"{where}: expected comma-separated device ordinals, got {ordinal!r}") from None
-    else:
-        seq = list(ordinal) if isinstance(ordinal, (list, tuple, range)) else [ordinal]
-    for o in seq:
-        if isinstance(o, (bool, np.bool_)) or not isinstance(o, (int, np.integer)):
-            raise ArgumentTypeError(f"{where}: device ordinals must be ints, got {o!r}")
-    if not seq:
-        raise ArgumentValueError(f"{where}: the list of device ordinals is empty")
-    return [int(o) for o in seq]
-
-
-def _pick_ordinal(local_rank: int, device_count: int, ordinal: Any, candidates: Sequence[int] | None) -> int:
-    if ordinal is None:
-        pool = list(candidates) if candidates is not None else list(range(device_count))
-    else:
-        pool = _ordinal_list(ordinal, "assign_device")
-    return pool[local_rank % len(pool)]
-
-
-def device_ordinal_for(local_rank: int, device_count: int, ordinal: Any = None, *, rank: int | None = None,
-                       candidates: Sequence[int] | None = None) -> int:
-    """The device ordinal of the rank with node-local rank ``local_rank``. Pure.
-
-    ``ordinal`` None: ``candidates[local_rank % len(candidates)]`` (default
-    candidates ``range(device_count)``), so with more ranks than devices
-    several ranks share one; an int: that device; a sequence (or ``"0,1"``):
-    ``ordinal[local_rank % len(ordinal)]``. ``rank`` only labels messages.
+def decompose_rows(ny: int, nx: int, size: int, rank: int, halo: int = 1) -> SlabDecomposition:
+    """Split ``ny`` rows of width ``nx`` into ``size`` equal slabs; rank ``rank``'s. Pure.
 
     Raises
     ------
-    CudaUnavailableError
-        ``device_count`` is 0.
     ArgumentTypeError
-        An ordinal that is not an int.
+        An argument that is not an int.
     ArgumentValueError
-        The chosen ordinal is outside ``[0, device_count)``.
+        ``size`` does not divide ``ny``; a slab thinner than ``halo`` rows;
+        ``rank`` outside ``[0, size)``; a non-positive size, width or halo.
     """
-    who = f"rank {rank} (local rank {local_rank})" if rank is not None else f"local rank {local_rank}"
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    vis = f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
-    if device_count <= 0:
-        raise CudaUnavailableError(f"assign_device: {who}: no CUDA device is visible{vis}")
-    o = _pick_ordinal(local_rank, device_count, ordinal, candidates)
-    if not 0 <= o < device_count:
-        raise ArgumentValueError(f"assign_device: {who} was given device {o}, which does not exist: "
-                                 f"{device_count} CUDA device(s) visible (ordinals 0..{device_count - 1}){vis}")
-    return o
+    vals = {"ny": ny, "nx": nx, "size": size, "rank": rank, "halo": halo}
+    for name, v in vals.items():
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise ArgumentTypeError(f"decompose_rows: {name} must be an int, got {v!r}")
+    ny, nx, size, rank, halo = (int(vals[k]) for k in ("ny", "nx", "size", "rank", "halo"))
+    for name, v in (("ny", ny), ("nx", nx), ("size", size), ("halo", halo)):
+        if v < 1:
+            raise ArgumentValueError(f"decompose_rows: {name} must be >= 1, got {v}")
+    if not 0 <= rank < size:
+        raise ArgumentValueError(f"decompose_rows: rank {rank} outside [0, {size})")
+    if ny % size:
+        raise ArgumentValueError(f"decompose_rows: the communicator size {size} does not divide the {ny} grid rows "
+                                 f"(rank {rank}); run with a number of ranks that divides {ny} "
+                                 f"({', '.join(map(str, _divisors(ny)))}, ...)")
+    rows = ny // size
+    if rows < halo:
+        raise ArgumentValueError(f"decompose_rows: {size} slabs of {ny} rows are {rows} row(s) thick, thinner than "
+                                 f"the halo of {halo} row(s); use fewer ranks or a taller grid")
+    return SlabDecomposition(ny, nx, size, rank, halo, rows, rank * rows, rank - 1 if rank > 0 else None,
+                             rank + 1 if rank < size - 1 else None)
 
 
-@dataclass(frozen=True)
-class DeviceAssignment:
-    """Which device a rank uses: its ``rank`` of ``size`` in the communicator,
-    its node-local rank (``local_rank`` of ``local_size``, from
-    ``local_rank_source``), the device ``ordinal`` of ``device_count`` visible,
-    and ``ranks_per_device``, the ranks of this node on that same device (None
-    when the local size is unknown)."""
+# --------------------------------------------------------------------------- halo exchange
 
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int | None
-    local_rank_source: str
-    ordinal: int
-    device_count: int
-    ranks_per_device: int | None
+class _CudaRows:
+    """Device rows as mpi4py sees them: ``__cuda_array_interface__`` only (mpi4py
+    would take DLPack first when an object has both); keeps ``owner`` alive."""
+
+    __slots__ = ("owner", "__cuda_array_interface__")
+
+    def __init__(self, owner: Any, ptr: int, count: int, dtype: np.dtype):
+        self.owner = owner
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": dtype.str, "data": (ptr, False),
+                                         "strides": None, "version": 3}
+
+
+def _cai_field(field: Any) -> tuple[int, np.dtype, int]:
+    """``(pointer, dtype, element count)`` of a C-contiguous CAI object."""
+    cai = field.__cuda_array_interface__
+    shape = tuple(cai.get("shape", ()))
+    dt = np.dtype(cai["typestr"])
+    count = int(np.prod(shape)) if shape else 1
+    strides = cai.get("strides")
+    if strides is not None and count > 1:
+        expect = dt.itemsize
+        for k in reversed(range(len(shape))):
+            if shape[k] != 1 and strides[k] != expect:
+                raise ArgumentValueError(f"HaloExchange.exchange: field is not C-contiguous (shape {shape}, strides "
+                                         f"{tuple(strides)} in bytes)")
+            expect *= shape[k]
+    return int(cai["data"][0]), dt, count
+
+
+class HaloExchange:
+    """Swap the halo rows of a slab (:class:`SlabDecomposition`) with the neighbours.
+
+    ``transfer`` picks the path: ``"device"`` hands device rows to MPI through
+    ``__cuda_array_interface__`` (needs a CUDA-aware MPI), ``"staged"`` copies
+    them through pinned :class:`~pycudadrv.HostBuffer` staging on this
+    exchange's own stream (``cuMemcpyDtoHAsync``, the MPI calls on host memory,
+    ``cuMemcpyHtoDAsync``); None decides with :func:`detect_cuda_aware` (kept in
+    ``awareness``). Each exchange posts ``Irecv`` / ``Isend`` to both neighbours
+    (``MPI.PROC_NULL`` at the global edges) and waits for all four. The
+    constructor checks, collectively, that every rank describes the same grid
+    and dtype; the rank that differs from the others is reported. Staging and
+    the stream are made at the first device exchange (on the field's device),
+    so :meth:`exchange_array` needs no GPU.
+
+    ``seconds`` and ``count`` total the host time spent in, and the number of,
+    exchanges. Errors are reported on the rank concerned and abort ``comm``
+    (see :func:`fail`).
+    """
+
+    def __init__(self, comm: Any, decomposition: SlabDecomposition, dtype: Any = np.float32, *,
+                 transfer: str | None = None, stream: Any = None, tag: int = 0x70C, abort: bool | None = None):
+        self.comm = _comm_or_world(comm)
+        self.abort = abort
+        MPI = require_mpi()
+        with _guard(self.comm, abort):
+            if not isinstance(decomposition, SlabDecomposition):
+                raise ArgumentTypeError(f"HaloExchange: decomposition must be a SlabDecomposition, got "
+                                        f"{type(decomposition).__name__}")
+            d = decomposition
+            if (d.size, d.rank) != (self.comm.Get_size(), self.comm.Get_rank()):
+                raise ArgumentValueError(f"HaloExchange: the decomposition is for rank {d.rank} of {d.size}, this "
+                                         f"is rank {self.comm.Get_rank()} of {self.comm.Get_size()}")
+            self.dtype = np.dtype(dtype)
+            if self.dtype.kind not in "biufc":
+                raise ArgumentTypeError(f"HaloExchange: dtype must be a numeric dtype, got {self.dtype}")
+            if transfer not in (None, "auto", *TRANSFERS):
+                raise ArgumentValueError(f"HaloExchange: transfer must be 'device', 'staged' or None (detect), "
+                                         f"got {transfer!r}")
+            self.awareness: CudaAwareness | None = None
+            if transfer in (None, "auto"):
+                self.awareness = detect_cuda_aware()
+                transfer = self.awareness.transfer
+            self.transfer: str = transfer
+            self.decomposition = d
+            self._up = MPI.PROC_NULL if d.up is None else d.up
+            self._down = MPI.PROC_NULL if d.down is None else d.down
+            self._tag_up, self._tag_down = int(tag), int(tag) + 1
+        self._check_consistent()
+        self._stream = stream
+        self._staging: list[Any] | None = None
+        self._staging_arrays: tuple[np.ndarray, ...] = ()
+        self._ready: Any = None
+        self._views: dict[int, tuple[Any, tuple[_CudaRows, ...]]] = {}
+        self.count = 0
+        self.seconds = 0.0
+
+    def _check_consistent(self) -> None:
+        d = self.decomposition
+        mine = (d.ny, d.nx, d.halo, self.dtype.str)
+        every = self.comm.allgather(mine)
+        common = max(set(every), key=every.count)
+        with _guard(self.comm, self.abort):
+            if mine != common:
+                others = sum(1 for e in every if e == common)
+                raise ArgumentValueError(
+                    f"HaloExchange: rank {d.rank} describes a {d.ny} x {d.nx} grid of {self.dtype} with halo "
+                    f"{d.halo}, {others} other rank(s) a {common[0]} x {common[1]} grid of {np.dtype(common[3])} "
+                    f"with halo {common[2]}")
 
     @property
-    def shared(self) -> bool:
-        """Whether other ranks of this node use the same device."""
-        return bool(self.ranks_per_device and self.ranks_per_device > 1)
+    def lonely(self) -> bool:
+        """No neighbour at all (one rank): an exchange only orders the ready event after ``after``."""
+        return self.decomposition.up is None and self.decomposition.down is None
 
-    def use(self) -> Any:
-        """Make the device current on this thread (``Device(ordinal).use()``) and return it."""
-        import pycudadrv
+    @property
+    def stream(self) -> Any:
+        """The stream the staging copies (and the ready event) go on; None before the first device exchange."""
+        return self._stream
 
-        return pycudadrv.Device(self.ordinal).use()
+    def _sendrecv(self, send_up: Any, send_down: Any, recv_up: Any, recv_down: Any) -> None:
+        MPI = require_mpi()
+        c = self.comm
+        reqs = [c.Irecv(recv_up, self._up, self._tag_down), c.Irecv(recv_down, self._down, self._tag_up),
+                c.Isend(send_up, self._up, self._tag_up), c.Isend(send_down, self._down, self._tag_down)]
+        MPI.Request.Waitall(reqs)
 
-    def __str__(self) -> str:
-        share = f", shared by {self.ranks_per_device} ranks" if self.shared else ""
-        size = f" of {self.local_size}" if self.local_size is not None else ""
-        return (f"rank {self.rank} of {self.size}: local rank {self.local_rank}{size} ({self.local_rank_source}), "
-                f"device {self.ordinal} of {self.device_count}{share}")
+    def exchange_array(self, array: np.ndarray) -> None:
+        """Exchange the halos of a host numpy slab in place (``local_shape``,
+        this exchange's dtype, C-contiguous). No GPU involved.
 
+        Raises ArgumentTypeError / ArgumentValueError (on this rank, then abort)
+        for an array of another type, dtype or shape."""
+        d = self.decomposition
+        with _guard(self.comm, self.abort):
+            if not isinstance(array, np.ndarray):
+                raise ArgumentTypeError(f"HaloExchange.exchange_array: expected a numpy array, got "
+                                        f"{type(array).__name__}")
+            self._check_layout("exchange_array", array.dtype, array.size, tuple(array.shape))
+            if not array.flags.c_contiguous:
+                raise ArgumentValueError("HaloExchange.exchange_array: the array is not C-contiguous")
+        flat = array.reshape(-1)
+        n = d.halo_elements
+        t0 = time.perf_counter()
+        self._sendrecv(flat[d.send_up_offset:d.send_up_offset + n], flat[d.send_down_offset:d.send_down_offset + n],
+                       flat[d.recv_up_offset:d.recv_up_offset + n], flat[d.recv_down_offset:d.recv_down_offset + n])
+        self.seconds += time.perf_counter() - t0
+        self.count += 1
 
-def assign_device(comm: Any = None, *, ordinal: Any = None, device_count: int | None = None, method: str = "auto",
-                  abort: bool | None = None) -> DeviceAssignment:
-    """Choose this rank's device from its node-local rank (:func:`local_rank`,
-    collective when it splits the communicator) and
-    :func:`device_ordinal_for`. ``device_count`` None asks the driver
-    (``cuDeviceGetCount``); the ordinals ``PYCUDADRV_DEVICES`` selects are the
-    candidates when it is set. Creates no context.
+    def _check_layout(self, where: str, dtype: Any, count: int, shape: tuple | None) -> None:
+        d = self.decomposition
+        if dtype is None:
+            raise ArgumentTypeError(f"HaloExchange.{where}: the field is a raw-bytes Buffer; it must hold "
+                                    f"{self.dtype} elements (Buffer.empty(shape, np.{self.dtype}) or "
+                                    f"buf.view(np.{self.dtype}))")
+        if np.dtype(dtype) != self.dtype:
+            raise ArgumentTypeError(f"HaloExchange.{where}: the field holds {np.dtype(dtype)}, the exchange was "
+                                    f"set up for {self.dtype} (rank {d.rank})")
+        need = d.local_rows * d.nx
+        if count != need:
+            raise ArgumentValueError(
+                f"HaloExchange.{where}: the field has {count} elements (shape {shape}); rank {d.rank}'s slab with "
+                f"halos is {d.local_rows} x {d.nx} = {need} ({d.rows} own rows + {d.halo} halo row(s) above "
+                f"and below)")
 
-    Errors (no device, a device that does not exist, bad launcher variables)
-    are reported on the rank concerned and abort ``comm`` (see :func:`fail`)."""
-    comm = _comm_or_world(comm)
-    with _guard(comm, abort):
-        lr = local_rank(comm, method=method)
-        candidates = None
-        if device_count is None:
-            import pycudadrv
+    def _device_views(self, field: Any) -> tuple[_CudaRows, ...]:
+        hit = self._views.get(id(field))
+        if hit is not None and hit[0] is field:
+            return hit[1]
+        ptr, dt, count = _cai_field(field)
+        self._check_layout("exchange", dt, count, tuple(field.__cuda_array_interface__.get("shape", ())))
+        d, s = self.decomposition, dt.itemsize
+        n = d.halo_elements
+        views = tuple(_CudaRows(field, ptr + off * s, n, dt) for off in
+                      (d.send_up_offset, d.send_down_offset, d.recv_up_offset, d.recv_down_offset))
+        if len(self._views) >= 8:
+            self._views.clear()
+        self._views[id(field)] = (field, views)
+        return views
 
-            device_count = pycudadrv.device_count()
-            spec = os.environ.get("PYCUDADRV_DEVICES")
-            if ordinal is None and spec is not None:
-                candidates = _ordinal_list(spec, "PYCUDADRV_DEVICES")
-        if isinstance(device_count, bool) or not isinstance(device_count, (int, np.integer)):
-            raise ArgumentTypeError(f"assign_device: device_count must be an int, got {device_count!r}")
-        rank = comm.Get_rank()
-        o = device_ordinal_for(lr.rank, int(device_count), ordinal, rank=rank, candidates=candidates)
-        per = None
-        if lr.size is not None:
-            per = sum(1 for j in range(lr.size) if _pick_ordinal(j, int(device_count), ordinal, candidates) == o)
-        return DeviceAssignment(rank, comm.Get_size(), lr.rank, lr.size, lr.source, o, int(device_count), per)
+    def _ensure_stream(self, device: Any) -> Any:
+        import pycudadrv as cd
 
+        if self._stream is None:
+            self._stream = cd.Stream(device)
+        if self._ready is None:
+            self._ready = cd.Event(timing=False, device=self._stream.device)
+        return self._stream
 
-def select_device(comm: Any = None, *, ordinal: Any = None, method: str = "auto", abort: bool | None = None) -> Any:
-    """This rank's :class:`~pycudadrv.Device` (see :func:`assign_device`), made
-    current on the calling thread (``Device.use()``, the primary context via
-    ``cuCtxSetCurrent``). Errors abort ``comm`` as :func:`assign_device`'s do."""
-    comm = _comm_or_world(comm)
-    a = assign_device(comm, ordinal=ordinal, method=method, abort=abort)
-    with _guard(comm, abort):
-        return a.use()
+    def exchange(self, field: Any, *, after: Any = None) -> Any:
+        """Exchange the halo rows of ``field`` (the local slab with halos, on
+        the device) with the neighbours; blocks the host until the MPI
+        transfers are done and returns an Event (recorded anew each call, on
+        :attr:`stream`) that the compute stream waits on before reading the
+        halos -- or None on the device path for a foreign array when the
+        exchange has no stream (the halos are in place when it returns).
 
+        ``field``: a :class:`~pycudadrv.Buffer` (or any C-contiguous object
+        with ``__cuda_array_interface__``) of ``local_shape`` elements of this
+        exchange's dtype. ``after``: an Event or Stream marking when the own
+        rows that are sent are written; the staged path makes its stream wait
+        for it (``cuStreamWaitEvent``), the device path waits on the host
+        (MPI reads device memory outside any stream). None: the whole device
+        is synchronised first (``cuCtxSynchronize``); foreign arrays must then
+        be ready already.
 
-# --------------------------------------------------------------------------- the launcher
+        Raises (on this rank, then abort): ArgumentTypeError for a host array,
+        a raw-bytes or wrong-dtype field; ArgumentValueError for a field of
+        the wrong size; ClosedError for a closed Buffer."""
+        t0 = time.perf_counter()
+        with _guard(self.comm, self.abort):
+            if isinstance(field, np.ndarray):
+                raise ArgumentTypeError("HaloExchange.exchange: field is a host numpy array; use exchange_array() "
+                                        "for host arrays, or pass the device Buffer")
+            import pycudadrv as cd
 
-_FLAVOURS: dict[str, tuple[str, tuple[int, ...]]] = {}
+            buf = field if isinstance(field, cd.Buffer) else None
+            if buf is None and not hasattr(field, "__cuda_array_interface__"):
+                raise ArgumentTypeError(f"HaloExchange.exchange: field must be a pycudadrv.Buffer or expose "
+                                        f"__cuda_array_interface__, got {type(field).__name__}")
+            if buf is not None and buf.closed:
+                raise ClosedError("HaloExchange.exchange: the field Buffer is closed")
+            if buf is not None and buf.dtype is None:
+                self._check_layout("exchange", None, buf.size, None)
+            ready = None
+            if self.transfer == "device":
+                views = self._device_views(field)
+                if not self.lonely:
+                    self._wait_host(after, buf)
+                    self._sendrecv(*views)
+                if buf is not None or self._stream is not None:
+                    ready = self._ready_on(self._ensure_stream(buf.device if buf is not None else None))
+            else:
+                if buf is None:
+                    buf = cd.asbuffer(field)
+                self._check_layout("exchange", buf.dtype, buf.size, buf.shape)
+                s = self._ensure_stream(buf.device)
+                self._staged(buf, s, after)
+                ready = self._ready_on(s)
+        self.seconds += time.perf_counter() - t0
+        self.count += 1
+        return ready
 
+    def _ready_on(self, s: Any) -> Any:
+        self._ready.record(s)
+        return self._ready
 
-def _launcher_flavour(exe: str) -> tuple[str, tuple[int, ...]]:
-    """``("openmpi" | "mpich" | "other", version)`` from ``exe --version`` (cached)."""
-    if exe not in _FLAVOURS:
-        try:
-            text = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
-        except (OSError, subprocess.SubprocessError):
-            text = ""
-        m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
-        ver = tuple(int(g) for g in m.groups() if g is not None) if m else ()
-        if "Open MPI" in text or "OpenRTE" in text or "open-mpi" in text.lower():
-            _FLAVOURS[exe] = ("openmpi", ver)
-        elif "HYDRA" in text.upper() or "MPICH" in text.upper() or "Intel" in text:
-            _FLAVOURS[exe] = ("mpich", ver)
+    def _wait_host(self, after: Any, buf: Any) -> None:
+        import pycudadrv as cd
+
+        if after is None:
+            if buf is not None:
+                buf.device.synchronize()
+        elif isinstance(after, (cd.Event, cd.Stream)):
+            after.synchronize()
         else:
-            _FLAVOURS[exe] = ("other", ver)
-    return _FLAVOURS[exe]
+            raise ArgumentTypeError(f"HaloExchange.exchange: after must be an Event, a Stream or None, got "
+                                    f"{type(after).__name__}")
 
+    def _staged(self, buf: Any, s: Any, after: Any) -> None:
+        import pycudadrv as cd
 
-def mpirun_command(nprocs: int, *, mpirun: str | None = None) -> list[str]:
-    """The command line that starts ``nprocs`` processes here: ``mpirun -n N``
-    (``mpiexec`` when there is no ``mpirun``), plus for Open MPI
-    ``--oversubscribe`` (more ranks than cores), ``--allow-run-as-root`` when
-    running as root, and for Open MPI 4 and older
-    ``--mca btl_vader_single_copy_mechanism none`` (containers often forbid the
-    cross-memory attach it uses). Append ``[sys.executable, script, ...]``.
+        d = self.decomposition
+        n, item = d.halo_elements, self.dtype.itemsize
+        if self._staging is None:
+            self._staging = [cd.HostBuffer.empty(n, self.dtype, device=buf.device) for _ in range(4)]
+            self._staging_arrays = tuple(h.array for h in self._staging)
+        send_up, send_down, recv_up, recv_down = self._staging_arrays
+        if after is None:
+            if not self.lonely:
+                buf.device.synchronize()
+        elif isinstance(after, cd.Event):
+            s.wait(after)
+        elif isinstance(after, cd.Stream):
+            s.wait_stream(after)
+        else:
+            raise ArgumentTypeError(f"HaloExchange.exchange: after must be an Event, a Stream or None, got "
+                                    f"{type(after).__name__}")
+        if self.lonely:
+            return
+        nb = n * item
+        if d.up is not None:
+            buf.read(out=send_up, offset=d.send_up_offset * item, nbytes=nb, stream=s, synchronize=False)
+        if d.down is not None:
+            buf.read(out=send_down, offset=d.send_down_offset * item, nbytes=nb, stream=s, synchronize=False)
+        s.synchronize()
+        self._sendrecv(send_up, send_down, recv_up, recv_down)
+        if d.up is not None:
+            buf.write(recv_up, offset=d.recv_up_offset * item, stream=s)
+        if d.down is not None:
+            buf.write(recv_down, offset=d.recv_down_offset * item, stream=s)
 
-    Raises LibraryUnavailableError when no launcher is found,
-    ArgumentValueError for ``nprocs < 1``."""
-    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-        raise ArgumentValueError(f"mpirun_command: nprocs must be an int >= 1, got {nprocs!r}")
-    exe = mpirun or shutil.which("mpirun") or shutil.which("mpiexec")
-    if not exe:
-        raise LibraryUnavailableError("mpirun_command: neither mpirun nor mpiexec is on PATH; install an MPI "
-                                      "library (Open MPI: `apt-get install openmpi-bin libopenmpi-dev`, or MPICH)")
-    flavour, ver = _launcher_flavour(exe)
-    cmd = [exe, "-n", str(nprocs)]
-    if flavour == "openmpi":
-        cmd.append("--oversubscribe")
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            cmd.append("--allow-run-as-root")
-        if ver and ver[0] < 5:
-            cmd += ["--mca", "btl_vader_single_copy_mechanism", "none"]
-    return cmd
+    def close(self) -> None:
+        """Free the pinned staging (``cuMemFreeHost``) once its copies are done."""
+        if self._stream is not None and self._staging is not None:
+            self._stream.synchronize()
+        self._staging_arrays = ()             # the numpy views go first: HostBuffer.close() refuses while they live
+        for h in self._staging or ():
+            h.close()
+        self._staging = None
+        self._views.clear()
 
-
-# The decomposition and the exchange live in their own module (file size); it imports the
-# helpers above from this partly initialised module, so this import stays last.
-from pycudadrv._mpi_halo import HaloExchange, SlabDecomposition, decompose_rows  # noqa: E402
+    def __repr__(self) -> str:
+        d = self.decomposition
+        return (f"<HaloExchange rank {d.rank} of {d.size}, {d.rows} x {d.nx} {self.dtype} + {d.halo} halo row(s), "
+                f"transfer={self.transfer}, {self.count} exchanges>")

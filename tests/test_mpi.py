@@ -87,9 +87,10 @@ def test_without_mpi4py_the_helpers_raise_library_unavailable_naming_the_package
         sys.modules["mpi4py"] = None          # as if it were not installed
         import pycudadrv.mpi as m             # importing the module needs no mpi4py
         print(m.decompose_rows(8, 8, 2, 1).rows)
+        import pycudadrv
         try:
             m.require_mpi()
-        except m.LibraryUnavailableError as e:
+        except pycudadrv.LibraryUnavailableError as e:
             print("ERR", e)
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=120)
@@ -186,19 +187,23 @@ def test_a_device_that_does_not_exist_is_an_error_naming_rank_device_and_count(m
 
 
 def test_cuda_aware_switch_values_and_ompi_info_parsing():
-    tri = mpi._tristate
+    from pycudadrv import _mpi_setup as setup
+
+    tri = setup._tristate
     assert [tri("V", v) for v in (None, "", "1", " ON ", "no", "False")] == [None, None, True, True, False, False]
     with pytest.raises(cd.ArgumentValueError, match="PYCUDADRV_MPI_CUDA_AWARE='maybe' is not a switch"):
         tri("PYCUDADRV_MPI_CUDA_AWARE", "maybe")
     text = "mca:opal:base:param:opal_built_with_cuda_support:value:true\n"
-    assert mpi._parse_ompi_info(text) is True
-    assert mpi._parse_ompi_info(text.replace("true", "false")) is False
-    assert mpi._parse_ompi_info("options:mpi_ext:affinity, cuda") is None
+    assert setup._parse_ompi_info(text) is True
+    assert setup._parse_ompi_info(text.replace("true", "false")) is False
+    assert setup._parse_ompi_info("options:mpi_ext:affinity, cuda") is None
 
 
 def test_cuda_aware_library_queries_open_mpi_style_then_mpich_style():
     import ctypes
     from types import SimpleNamespace
+
+    from pycudadrv._mpi_setup import _query_library
 
     def open_mpi():
         return 1
@@ -208,11 +213,11 @@ def test_cuda_aware_library_queries_open_mpi_style_then_mpich_style():
         out._obj.value = 0
         return 0
 
-    assert mpi._query_library(SimpleNamespace(MPIX_Query_cuda_support=open_mpi)) == (
+    assert _query_library(SimpleNamespace(MPIX_Query_cuda_support=open_mpi)) == (
         True, "MPIX_Query_cuda_support() returned 1")
-    assert mpi._query_library(SimpleNamespace(MPIX_GPU_query_support=mpich)) == (
+    assert _query_library(SimpleNamespace(MPIX_GPU_query_support=mpich)) == (
         False, "MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA) gave 0")
-    assert mpi._query_library(SimpleNamespace()) is None
+    assert _query_library(SimpleNamespace()) is None
 
 
 def _fake_launcher(tmp_path, version_text):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every mpirun check of issue 15 (pycudadrv.mpi, examples/heat_mpi.py) on the GPU machine, in one go:
-#   1. build and install the wheel (as tools/device_run.sh does; --no-build keeps the installed one);
+#   1. build in place (as tools/device_run.sh does; quick when up to date; --no-build skips it) and
+#      put the checkout first on PYTHONPATH, so every rank imports this build;
 #   2. the MPI library, its CUDA-aware answer and each rank's device (mpirun -n 2 and -n 4);
 #   3. the example under mpirun -n 1/2/4: detected path, pinned staging forced, device path forced
 #      (only where the MPI library says it is CUDA-aware: device pointers would crash another one),
@@ -24,7 +25,7 @@ trap 'cp "$summary" "$FINAL_OUT/mpi_checks.log"; cp "$repo"/bench/results/mpi_sc
 export PYTHONUNBUFFERED=1
 py=${PYTHON:-$(command -v python3)}   # absolute: mpirun may put its own prefix first on PATH
 fails=0
-work=$(mktemp -d)        # commands run from here, so the installed pycudadrv is imported, never the source tree
+work=$repo               # commands run from the checkout, whose in-place build every rank imports
 
 say() { echo "$*" | tee -a "$summary"; }
 
@@ -64,20 +65,21 @@ must_abort() {
 {
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv || true
   command -v mpirun && mpirun --version | head -2
-  "$py" -c "import mpi4py; from mpi4py import MPI; print('mpi4py', mpi4py.__version__, '|', MPI.Get_library_version().strip().splitlines()[0])"
+  "$py" -c "import mpi4py; from mpi4py import MPI; print('mpi4py', mpi4py.__version__, '|', MPI.Get_library_version().replace(chr(0), '').strip().splitlines()[0])"
 } 2>&1 | tee -a "$summary"
 
 if [ "${1:-}" != "--no-build" ]; then
-  wheel_dir=$(mktemp -d)
-  check build bash -c "cd '$repo' && $py -m pip wheel --no-build-isolation --no-deps --no-index -w '$wheel_dir' . && $py -m pip install --no-deps --no-index --force-reinstall -q '$wheel_dir'/pycudadrv-*.whl" || exit 1
+  check build bash -c "cd '$repo' && '$py' setup.py -q build_ext --inplace" || exit 1
 fi
+export PYTHONPATH="$repo${PYTHONPATH:+:$PYTHONPATH}"
 "$py" -c "import pycudadrv; print('pycudadrv', pycudadrv.__version__, 'from', pycudadrv.__file__)" 2>&1 | tee -a "$summary"
 
 # The launcher line for this machine (Open MPI as root: --allow-run-as-root --oversubscribe ...), NP = ranks.
 read -r -a mpirun <<< "$(cd "$work" && "$py" -c "from pycudadrv import mpi; print(' '.join(mpi.mpirun_command(99)).replace(' -n 99', ' -n NP'))")"
 say "launcher: ${mpirun[*]}"
 
-cat > "$work/ranks.py" <<'EOF'
+tmp=$(mktemp -d)
+cat > "$tmp/ranks.py" <<'EOF'
 from pycudadrv import mpi
 comm = mpi.require_mpi().COMM_WORLD
 with mpi.abort_on_error(comm):
@@ -89,7 +91,7 @@ with mpi.abort_on_error(comm):
         print("CUDA_AWARE=%d" % mpi.detect_cuda_aware().cuda_aware)
 EOF
 for n in 2 4; do
-  check "ranks-$n" "${mpirun[@]/NP/$n}" "$py" "$work/ranks.py"
+  check "ranks-$n" "${mpirun[@]/NP/$n}" "$py" "$tmp/ranks.py"
   grep -E "^  rank|CUDA_AWARE" "$logs/ranks-$n.log" | tee -a "$summary"
 done
 aware=$(grep -o "CUDA_AWARE=[01]" "$logs/ranks-2.log" | tail -1 | cut -d= -f2)
