@@ -116,8 +116,11 @@ class SlabHeat:
         nx, h = dec.nx, dec.rows
         self.nx, self.h = nx, h
         fn = cd.compile(heat.SOURCE).load().function("heat_step")
-        self.a = cd.Buffer.empty(dec.local_shape, np.float32, stream=self.A)
-        self.b = cd.Buffer.empty(dec.local_shape, np.float32, stream=self.A)
+        # Device path: plain cuMemAlloc memory, which CUDA-aware MPI libraries can share between processes
+        # through CUDA IPC (memory from the stream-ordered pool needs pool IPC handles they may not use).
+        pool = hx.transfer != "device"
+        self.a = cd.Buffer.empty(dec.local_shape, np.float32, stream=self.A, async_alloc=pool)
+        self.b = cd.Buffer.empty(dec.local_shape, np.float32, stream=self.A, async_alloc=pool)
         self.scratch = cd.Buffer.empty((6, nx), np.float32, stream=self.A)
         self.scratch.fill(np.float32(np.nan))
         # Rows next to a halo that are not a global edge: computed from a 3-row window.
