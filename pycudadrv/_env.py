@@ -38,6 +38,7 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_DEVICES": "comma-separated device ordinals pycudadrv may use (empty: an error)",
     "PYCUDADRV_DEBUG": "1: log driver version, devices and init failures at start",
     "PYCUDADRV_CUDNN": "0 turns the cuDNN integration off",
+    "PYCUDADRV_MPI_CUDA_AWARE": "1/0: pycudadrv.mpi treats the MPI library as CUDA-aware or not (unset: detect)",
 }
 
 

@@ -21,7 +21,7 @@ LAYERS = [
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
     "_compile_cache", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "nvtx", "_ranges", "queue", "aio",
-    "heat", "_cudnn", "cudnn", "mpi", "triton", "config", "__main__", "__init__",
+    "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
 #: Imports against the layering, each for a stated reason (always lazy: inside a function).
