@@ -44,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _common, wherever we are run from
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _harness, _report, wherever we are run from
 
 from _harness import median_or_nan  # noqa: E402
 from _report import add_output_args, environment, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
