@@ -36,6 +36,9 @@ if ! python3 setup.py -q build_ext --inplace > "$LOGS/build.log" 2>&1; then
   { (cd "$tmp" && python3 setup.py -q build_ext --inplace) >> "$LOGS/build.log" 2>&1 && cp "$tmp"/pycudadrv/*.so pycudadrv/; } \
     || { tail -60 "$LOGS/build.log"; exit 1; }
 fi
+# Scripts run as `python3 bench/x.py` or `examples/x.py` put their own folder first on sys.path:
+# the checkout goes on PYTHONPATH so they import this build.
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 echo "built in place: $(python3 -c 'import pycudadrv; print(pycudadrv.__file__)') in $(( $(date +%s) - t0 )) s"
 rc=0
 has() { case " $what " in *" $1 "*|*" all "*) return 0 ;; esac; return 1; }
