@@ -63,6 +63,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from pycudadrv import nvtx
 from pycudadrv._env import env_flag, env_int
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
 from pycudadrv._kernel import dims3
@@ -306,13 +307,16 @@ class Encoder:
         ``timestamps`` the pass is timed as ``ts.measure(label)``; with NVTX on
         (``PYCUDADRV_NVTX=1``) it is an NVTX range named ``label``."""
         p = Pass(self, label)
-        rng = _nvtx_range(label)
-        with rng:
+        pushed = nvtx.enabled and nvtx.push(label)
+        try:
             if timestamps is None:
                 yield p
             else:
                 with timestamps.measure(label):
                     yield p
+        finally:
+            if pushed:
+                nvtx.pop()
 
     def copy_buffer_to_buffer(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
         """Device-to-device copy on the encoder's stream (``cuMemcpyDtoDAsync``);
@@ -324,25 +328,6 @@ class Encoder:
         from pycudadrv._stream import Event
 
         return Event(timing=False, device=self.device).record(self.stream)
-
-
-def _nvtx_range(label: str) -> Any:
-    try:
-        from pycudadrv import nvtx
-    except ImportError:
-        return _NULL_RANGE
-    return nvtx.range(label) if nvtx.enabled() else _NULL_RANGE
-
-
-class _NullRange:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NULL_RANGE = _NullRange()
 
 
 def encoder(device: Any = None, stream: Any = None) -> Encoder:

@@ -24,6 +24,10 @@ or, where a context manager is cheap enough::
         ...
 
 Ranges are per thread (NVTX's rule): pop on the thread that pushed.
+
+Where ranges come from while on: every ``Timestamps.measure`` pass and
+``Encoder.pass_`` (the label), every profiled launch (the kernel name), and,
+after :func:`annotate_launches`, every launch.
 """
 from __future__ import annotations
 
@@ -37,10 +41,10 @@ from contextlib import contextmanager
 from typing import Literal
 
 from pycudadrv._env import env_flag
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LibraryUnavailableError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LibraryUnavailableError, StateError
 
-__all__ = ["enabled", "enable", "disable", "is_enabled", "push", "pop", "range", "mark", "backend",
-           "library_path", "DOMAIN"]
+__all__ = ["enabled", "enable", "disable", "is_enabled", "push", "pop", "range", "mark", "annotate_launches",
+           "backend", "library_path", "DOMAIN"]
 
 #: The NVTX domain pycudadrv's ranges belong to.
 DOMAIN = "pycudadrv"
@@ -297,6 +301,43 @@ def range(label: str) -> Iterator[None]:  # noqa: A001 -- the name NVTX users ex
     finally:
         if pushed:
             pop()
+
+
+class _LaunchRanges:
+    """The launch hook of :func:`annotate_launches`: one range per launch, named after the kernel."""
+
+    def before(self, fn: object, stream: object) -> bool:
+        return enabled and push(fn.name)  # type: ignore[attr-defined]
+
+    def after(self, tok: bool, fn: object, stream: object, grid: object, block: object, shmem: int) -> None:
+        if tok:
+            pop()
+
+
+_launch_ranges = _LaunchRanges()
+
+
+def annotate_launches(flag: bool = True) -> None:
+    """With True, every kernel launch (``Function.launch``, prepared launches,
+    dispatches, launch sequences) is an NVTX range named after its kernel while
+    NVTX is on; False stops it. It is the launch hook (``set_launch_hook``), so
+    launches take the instrumented path instead of the C fast path until it is
+    turned off: a debugging aid, not for timing. Launches inside a capture get
+    no range (they are recorded, not run).
+
+    Raises StateError while profile or trace mode holds the launch hook (a
+    profiled launch is already a range; :func:`pycudadrv.profile.disable` first)."""
+    from pycudadrv._launch import get_launch_hook, set_launch_hook
+
+    current = get_launch_hook()
+    if flag:
+        if current is not None and current is not _launch_ranges:
+            raise StateError(f"nvtx.annotate_launches: the launch hook is held by {type(current).__name__} "
+                             "(profile or trace mode); profiled launches are NVTX ranges already, or call "
+                             "pycudadrv.profile.disable() first")
+        set_launch_hook(_launch_ranges)
+    elif current is _launch_ranges:
+        set_launch_hook(None)
 
 
 def backend() -> str | None:

@@ -12,7 +12,9 @@
   every launch and print the kernel name, grid and block to stderr, so the
   launch that faults is the last one named; a fault raises CudaError naming it.
 
-Launches inside a graph capture are not instrumented.
+With NVTX on (:mod:`pycudadrv.nvtx`), each profiled launch is also an NVTX
+range named after its kernel. Launches inside a graph capture are not
+instrumented.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import sys
 from collections import deque
 from typing import IO, Any
 
+from pycudadrv import nvtx
 from pycudadrv._env import env_flag
 from pycudadrv._errors import CudaError
 from pycudadrv._launch import get_launch_hook, set_launch_hook
@@ -43,14 +46,18 @@ class _Profiler:
     def _ev(self, dev: Any) -> Event:
         return self.pool.pop() if self.pool else Event(device=dev)
 
-    def before(self, fn: Any, stream: Any) -> Event:
+    def before(self, fn: Any, stream: Any) -> tuple[Event, bool]:
+        pushed = nvtx.enabled and nvtx.push(fn.name)
         ev = self._ev(stream.device)
         ev.record(stream)
-        return ev
+        return ev, pushed
 
-    def after(self, start: Event, fn: Any, stream: Any, grid: Any, block: Any, shmem: int) -> None:
+    def after(self, tok: tuple[Event, bool], fn: Any, stream: Any, grid: Any, block: Any, shmem: int) -> None:
+        start, pushed = tok
         end = self._ev(stream.device)
         end.record(stream)
+        if pushed:
+            nvtx.pop()
         self.pending.append((fn.name, start, end))
         self._fold(_DRAIN_PER_LAUNCH, block_on_full=True)
 

@@ -2,6 +2,7 @@
 (the khal Timestamps: passes, a request for their results, a non-blocking take)."""
 from __future__ import annotations
 
+from pycudadrv import nvtx
 from pycudadrv._errors import NotReadyError, StateError
 from pycudadrv._stream import Event, Stream
 
@@ -29,6 +30,8 @@ class _Pass:
         entry = [self.label, ev, None]
         ts._passes.append(entry)
         ts._open.append(entry)
+        if nvtx.enabled and nvtx.push(self.label):
+            ts._nvtx_open.append(entry)
         return ts
 
     def __exit__(self, *exc):
@@ -36,8 +39,12 @@ class _Pass:
         pool = ts._pool
         ev = pool.pop() if pool else ts._new_event()
         ev.record(ts.stream)
-        ts._open.pop()[2] = ev
+        entry = ts._open.pop()
+        entry[2] = ev
         ts._last_end = ev
+        if ts._nvtx_open and ts._nvtx_open[-1] is entry:
+            ts._nvtx_open.pop()
+            nvtx.pop()
         return False
 
     def __repr__(self):
@@ -84,6 +91,7 @@ class Timestamps:
         self.stream = stream
         self._passes: list[list] = []      # [label, start Event, end Event or None while open], not yet requested
         self._open: list[list] = []        # the open passes, innermost last
+        self._nvtx_open: list[list] = []   # those of them that opened an NVTX range (pycudadrv.nvtx on)
         self._requested: list[list] = []   # closed passes whose results were asked for
         self._req_end: Event | None = None  # the last end event among them (one stream: it finishes last)
         self._last_end: Event | None = None
@@ -96,7 +104,8 @@ class Timestamps:
     def measure(self, label: str) -> _Pass:
         """A pass: ``with ts.measure(label):`` records a start event, runs the
         block, records an end event (also when the block raises). Nested
-        passes are allowed; results come back in order of their start."""
+        passes are allowed; results come back in order of their start. With
+        NVTX on (:mod:`pycudadrv.nvtx`) the pass is also an NVTX range named ``label``."""
         try:
             p = self._labels.get(label)
         except TypeError:           # an unhashable label: a pass of its own

@@ -20,7 +20,7 @@ LAYERS = [
     "_driver", "_device", "_stream", "_host", "_dlpack", "_memory", "_interop", "_marshal", "_signature", "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "nvtx", "_ranges", "queue", "aio",
+    "_compile_cache", "nvtx", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "queue", "aio",
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
@@ -38,10 +38,7 @@ ALLOWED_UPWARD = {
     ("nvrtc", "link"): "compile(arch=[...]) builds a fatbin with nvFatbin",
     ("_compile_cache", "nvrtc"): "cache entries are ObjectCode",
     ("dispatch", "_loops"): "indirect dispatch in a capture uses pycudadrv's update kernel",
-    ("dispatch", "nvtx"): "passes are NVTX ranges when NVTX is on",
     ("dispatch", "_driver"): "",
-    ("profile", "nvtx"): "profiled launches are NVTX ranges when NVTX is on",
-    ("timestamps", "nvtx"): "passes are NVTX ranges when NVTX is on",
     ("queue", "aio"): "awaiting a Queue Submission goes through aio.wait",
     ("timestamps", "_device"): "",
     ("bench", "_device"): "",

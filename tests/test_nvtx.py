@@ -226,3 +226,80 @@ def test_the_environment_switch_turns_ranges_on_at_import_where_a_backend_exists
                          text=True, env=env, check=True, cwd=tmp_path)
     assert out.stdout.split()[0] == "True"
     assert out.stdout.split()[1] in ("nvtx", "ctypes")
+
+
+# --- where pycudadrv opens ranges ----------------------------------------------------------------
+
+class _FakeEvent:
+    def record(self, stream):
+        return self
+
+
+class _FakeStream:
+    device = None
+
+
+def test_timestamps_passes_are_ranges_while_on_and_cost_no_call_while_off(recorder, monkeypatch):
+    from pycudadrv import timestamps
+
+    ts = timestamps.Timestamps(_FakeStream())
+    monkeypatch.setattr(ts, "_new_event", _FakeEvent)
+    with ts.measure("off"):
+        pass
+    assert recorder.calls == []
+    nvtx.enabled = True
+    with ts.measure("frame"):
+        with ts.measure("shadow"):
+            pass
+    assert recorder.calls == [("push", "frame"), ("push", "shadow"), ("pop",), ("pop",)]
+
+
+def test_a_pass_opened_while_off_pops_nothing_when_nvtx_is_turned_on_inside_it(recorder, monkeypatch):
+    from pycudadrv import timestamps
+
+    ts = timestamps.Timestamps(_FakeStream())
+    monkeypatch.setattr(ts, "_new_event", _FakeEvent)
+    with ts.measure("outer"):
+        nvtx.enabled = True
+        with ts.measure("inner"):
+            pass
+    assert recorder.calls == [("push", "inner"), ("pop",)]
+
+
+def test_dispatch_passes_are_ranges_and_close_when_the_block_raises(recorder):
+    from pycudadrv import dispatch
+
+    enc = dispatch.Encoder.__new__(dispatch.Encoder)    # no device: pass_() touches neither
+    nvtx.enabled = True
+    with pytest.raises(KeyError):
+        with enc.pass_("gbuffer"):
+            raise KeyError("boom")
+    assert recorder.calls == [("push", "gbuffer"), ("pop",)]
+
+
+class _Fn:
+    name = "saxpy"
+
+
+def test_the_launch_hook_names_each_launch_and_refuses_to_displace_profile_mode(recorder):
+    from pycudadrv import _launch, profile
+
+    prev = _launch.set_launch_hook(None)
+    try:
+        nvtx.annotate_launches(True)
+        hook = _launch.get_launch_hook()
+        nvtx.enabled = True
+        tok = hook.before(_Fn(), None)
+        hook.after(tok, _Fn(), None, (1, 1, 1), (1, 1, 1), 0)
+        nvtx.enabled = False
+        hook.after(hook.before(_Fn(), None), _Fn(), None, (1, 1, 1), (1, 1, 1), 0)
+        assert recorder.calls == [("push", "saxpy"), ("pop",)]
+        nvtx.annotate_launches(False)
+        assert _launch.get_launch_hook() is None
+        _launch.set_launch_hook(profile._profiler)
+        with pytest.raises(pycudadrv.StateError, match="profile or trace mode"):
+            nvtx.annotate_launches(True)
+        nvtx.annotate_launches(False)                  # not ours: left in place
+        assert _launch.get_launch_hook() is profile._profiler
+    finally:
+        _launch.set_launch_hook(prev)
