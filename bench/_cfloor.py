@@ -369,3 +369,27 @@ def build_c_floor(source: Path = C_FLOOR_SOURCE) -> CFloor:
     return CFloor(ctypes.CDLL(out), out, shown, _compiler_version(cc), inc)
 
 
+CALL_FLOOR_SOURCE = Path(__file__).resolve().parent / "call_floor.c"
+
+
+def build_call_floor(source: Path = CALL_FLOOR_SOURCE):
+    """Compile ``bench/call_floor.c`` (a CPython extension whose ``noop``
+    accepts any arguments and does nothing) into a temporary directory and
+    import it: the cost of the Python call alone, for a row beside a launch
+    API called the same way. Raises BenchSetupError when it cannot be built."""
+    import importlib.util
+    import sysconfig
+
+    cc = find_compiler()
+    tmp = tempfile.mkdtemp(prefix="pycudadrv-bench-")
+    atexit.register(shutil.rmtree, tmp, True)
+    out = os.path.join(tmp, "call_floor" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
+    cmd = cc.split() + ["-O2", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(source), "-o", out]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BenchSetupError(f"compiling the Python-call floor failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
+    spec = importlib.util.spec_from_file_location("call_floor", out)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+

@@ -18,8 +18,9 @@ parameters; what differs is the code between the Python caller and
   grid/block parsing, checks, marshalling of all four arguments, every call.
 * **pycudadrv prepared** -- ``p = fn.bind(1, 32, a, b, 0, 1.0, stream=s)``
   once, then ``p.launch()``; extra rows: ``p(a, b, 0, 1.0)`` (re-marshal all
-  arguments each call) and ``p.launch()`` with the GIL held around the driver
-  call (``pycudadrv._launch.set_release_gil(False)``).
+  arguments each call) and ``p.launch()`` with the GIL released around the
+  driver call (``pycudadrv._launch.set_release_gil(True)``; the default holds it).
+  Every row but that one runs with the default.
 * **peers, where installed** -- cuda.bindings ``cuLaunchKernel`` (with a
   prebuilt ``void**`` given as an int address, and with its ``(values,
   ctypes types)`` tuple form; plus the private ``cuda.bindings._v2`` layer's
@@ -70,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _cfloor, _harnes
 
 import numpy as np  # noqa: E402
 
-from _cfloor import BenchSetupError, ParamArray, PeerSkipped, kernel_params  # noqa: E402
+from _cfloor import BenchSetupError, ParamArray, PeerSkipped, build_call_floor, kernel_params  # noqa: E402
 from _harness import BLOCK, GRID, KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, cuda_core_peer, cupy_bench_kernel, launch_hook, loop_call0, median_or_nan, run_interleaved, setup, setup_peers, summarize, sync_all_streams  # noqa: E402
 from _report import add_output_args, log, new_parser, print_skipped, pyplot, save_figure, write_report  # noqa: E402
 
@@ -80,7 +81,8 @@ FLOOR = "C floor (cuLaunchKernel loop)"
 GENERIC = "pycudadrv generic launch"
 PREPARED = "pycudadrv prepared"
 PREPARED_REMARSHAL = "pycudadrv prepared, re-marshal"
-PREPARED_GIL = "pycudadrv prepared, GIL held"
+PREPARED_GIL = "pycudadrv prepared, GIL released"
+CALL_FLOOR = "Python call floor (no-op C function, same call)"
 CB_PREBUILT = "cuda.bindings cuLaunchKernel (prebuilt void**)"
 CB_TUPLE = "cuda.bindings cuLaunchKernel (args tuple)"
 CB_V2 = "cuda.bindings._v2 launch_kernel (prebuilt void**)"
@@ -128,16 +130,25 @@ def loop_generic(fn, args, stream, spelled=False):
     return run_n
 
 
-def loop_gil_held(f, set_release_gil):
-    """n x f() with pycudadrv's GIL release around the driver call turned off."""
+class _NoopLaunch:
+    """Gives ``call_floor.noop`` the ``.launch`` attribute loop_generic calls."""
+
+    def __init__(self, noop):
+        self.launch = noop
+
+
+def loop_gil_released(f, set_release_gil):
+    """n x f() with pycudadrv releasing the GIL around the driver call; the
+    setting in force before (the default: held) comes back after, so no other
+    row runs with it."""
     inner = loop_call0(f)
 
     def run(n):
-        set_release_gil(False)
+        prev = set_release_gil(True)
         try:
             return inner(n)
         finally:
-            set_release_gil(True)
+            set_release_gil(prev)
     return run
 
 
@@ -376,14 +387,19 @@ def print_main_table(main, order):
 
 def print_param_table(params):
     print()
-    print(f"{'params':>6}{'C us':>9}{'prepared us':>13}{'x C':>8}{'min':>8}{'generic us':>12}{'x C':>8}")
-    print("-" * 64)
+    print(f"{'params':>6}{'C us':>9}{'prepared us':>13}{'x C':>8}{'min':>8}{'generic us':>12}{'x C':>8}"
+          f"{'call floor us':>15}")
+    print("-" * 79)
     for n, rep in params.items():
         c = rep["floor"]["per_launch_us_summary"]["median"]
         p, g = rep["rows"][PREPARED], rep["rows"][GENERIC]
+        cf = rep["rows"].get(CALL_FLOOR)
+        cf_us = cf["per_launch_us_summary"]["median"] if cf else float("nan")
         print(f"{n:>6}{c:>9.3f}{p['per_launch_us_summary']['median']:>13.3f}{p['ratio_summary']['median']:>8.3f}"
               f"{p['ratio_summary']['min']:>8.3f}{g['per_launch_us_summary']['median']:>12.3f}"
-              f"{g['ratio_summary']['median']:>8.3f}")
+              f"{g['ratio_summary']['median']:>8.3f}{cf_us:>15.3f}")
+    print("(call floor: a C function that does nothing, called as the generic launch is, "
+          "fn(1, 32, *args, stream=s): CPython's own cost for that call; the generic launch pays it too)")
 
 
 def plot(path, main, order, params, title):
@@ -498,10 +514,12 @@ def main(argv=None) -> int:
     try:
         from pycudadrv._launch import set_release_gil
     except ImportError:
-        log("  (pycudadrv._launch.set_release_gil missing: no 'GIL held' row)")
+        log("  (pycudadrv._launch.set_release_gil missing: no 'GIL released' row)")
     else:
-        gil_held = fn.bind(GRID, BLOCK, a, b, 0, 1.0, stream=s)
-        rows.append(Row(PREPARED_GIL, loop_gil_held(gil_held.launch, set_release_gil), s.synchronize))
+        if set_release_gil(False):
+            raise SystemExit("launch_overhead: launches release the GIL at start (pycudadrv's default holds it)")
+        gil_released = fn.bind(GRID, BLOCK, a, b, 0, 1.0, stream=s)
+        rows.append(Row(PREPARED_GIL, loop_gil_released(gil_released.launch, set_release_gil), s.synchronize))
 
     log("peers:")
     peer_rows, peers = peers_rows(not args.no_peers, fn, s, c_params, a, b, pdev)
@@ -520,7 +538,12 @@ def main(argv=None) -> int:
 
     # Parameter-count table: prepared (and generic) against C with the same counts.
     params_rep = {}
+    call_floor = None
     if not args.no_params:
+        try:
+            call_floor = build_call_floor()
+        except BenchSetupError as e:
+            log(f"  (no Python-call floor row: {e})")
         pmod = cd.compile(param_source(PARAM_COUNTS), name="params.cu").load()
         for count in PARAM_COUNTS:
             pfn = pmod.function(f"p{count}")
@@ -529,12 +552,15 @@ def main(argv=None) -> int:
             pprep = pfn.bind(GRID, BLOCK, *pargs, stream=s)
             prow = [Row(PREPARED, loop_call0(pprep.launch), s.synchronize),
                     Row(GENERIC, loop_generic(pfn, pargs, s), s.synchronize)]
+            if call_floor is not None:      # what CPython alone spends on fn.launch(1, 32, *args, stream=s)
+                prow.append(Row(CALL_FLOOR, loop_generic(_NoopLaunch(call_floor.noop), pargs, s), lambda: None))
             pres = run_interleaved(c_floor_row(floor, FLOOR, pfn, s, pc, pdev), prow, rounds=args.rounds,
                                    launches=args.launches, warmup_rounds=args.warmup_rounds,
                                    rotate=not args.no_rotate, sync_all=sync_all, label=f"{count} params",
                                    log=lambda m: None)
             params_rep[count] = {"floor": floor_report(pres, FLOOR),
-                                 "rows": {n: row_report(pres, n) for n in (PREPARED, GENERIC)},
+                                 "rows": {n: row_report(pres, n) for n in (PREPARED, GENERIC, CALL_FLOOR)
+                                          if n in pres.rows},
                                  "param_bytes": 8 + 4 * (count - 1)}
             log(f"  {count} params: C {params_rep[count]['floor']['per_launch_us_summary']['median']:.3f} us, "
                 f"prepared x{params_rep[count]['rows'][PREPARED]['ratio_summary']['median']:.3f}")
@@ -559,6 +585,7 @@ def main(argv=None) -> int:
     for count, r in params_rep.items():
         summary[f"generic{count}_over_c"] = med(r["rows"], GENERIC)
         summary[f"prepared{count}_over_c"] = med(r["rows"], PREPARED)
+        summary[f"call_floor{count}_over_c"] = med(r["rows"], CALL_FLOOR)
     data = {
         "summary": summary,
         **bench.report_header(),

@@ -486,7 +486,7 @@ cdef class Event:
             if not (<Event>ev)._recorded:
                 raise EventNotRecordedError(f"elapsed_ms: {name} event never recorded; record both events first")
             if not (<Event>ev).timing:
-                raise ArgumentValueError(f"elapsed_ms: {name} event created with timing=False; create it with timing=True")
+                raise ArgumentValueError(f"elapsed_ms: {name} event created without timing (timing=False); use timing=True")
         if wait:
             end.synchronize()
         elif not end.query():

@@ -549,15 +549,19 @@ def test_diamond_dag_gives_the_numpy_values(mod, rng):
     with cd.Queue(streams=4) as q:
         x = q.from_numpy(x_h)
         y, u, v, w = (q.from_numpy(np.full(N, np.nan, np.float32)) for _ in range(4))
+        t = q.from_numpy(np.zeros(2, np.uint64))
         aff, comb = mod.function("affine"), mod.function("combine")
-        q.launch(aff, grid_of(N), 256, y, x, 2.0, 1.0, N)        # A: y = 2x + 1
+        q.synchronize()
+        waits0 = q.stats()["waits"]
+        # A runs 20 ms, so B, C and D are all placed while it is in flight: B and C go to
+        # the least loaded streams and must each wait for A; D waits for them
+        q.launch(mod.function("spin_copy"), 1, 256, y, x, 20 * MS, t, N)   # A: y = x, after 20 ms
         q.launch(aff, grid_of(N), 256, u, y, -0.5, 3.0, N)       # B: u = -y/2 + 3
         q.launch(aff, grid_of(N), 256, v, y, 1.5, -2.0, N)       # C: v = 1.5y - 2
         q.launch(comb, grid_of(N), 256, w, u, v, N)              # D: w = u v + u
         got = q.read(w)
-        assert q.stats()["waits"] >= 1
-    x64 = x_h.astype(np.float64)
-    y64 = 2 * x64 + 1
+        assert q.stats()["waits"] - waits0 >= 2
+    y64 = x_h.astype(np.float64)
     u64, v64 = -0.5 * y64 + 3, 1.5 * y64 - 2
     np.testing.assert_allclose(got, u64 * v64 + u64, rtol=1e-5, atol=1e-5)
 

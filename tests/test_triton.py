@@ -235,7 +235,8 @@ def bits(t):
 
 
 def poisoned(torch, shape):
-    return torch.full(shape, float("nan"), dtype=torch.float32, device="cuda")
+    size = (shape,) if isinstance(shape, int) else tuple(shape)
+    return torch.full(size, float("nan"), dtype=torch.float32, device="cuda")
 
 
 def sync(torch):
