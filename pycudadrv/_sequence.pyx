@@ -11,7 +11,8 @@ from pycudadrv._driver cimport driver, check
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._stream cimport Stream, Event, resolve_stream, captures_active
 from pycudadrv._memory cimport Buffer
-from pycudadrv._launch cimport Function, LaunchConfig, PreparedLaunch, get_launch_hook_c
+from pycudadrv._device cimport Device
+from pycudadrv._launch cimport Function, LaunchConfig, PreparedLaunch, get_launch_hook_c, issue_launch
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, StateError
 
@@ -40,11 +41,15 @@ cdef class LaunchSequence:
     cdef list _items          # (kind, obj, stream)
     cdef list _prepared       # the PreparedLaunch objects, for their checks
     cdef int _n
+    cdef object _device       # the one device of every item (its context made current once per call), or None
+    cdef bint _mixed          # items on more than one device: each launch makes its own context current
 
     def __init__(self, launches=()):
         self._items = []
         self._prepared = []
         self._n = 0
+        self._device = None
+        self._mixed = False
         for p in launches:
             self.add(p)
 
@@ -55,7 +60,15 @@ cdef class LaunchSequence:
         self._items.append((_LAUNCH, p, p._stream))
         self._prepared.append(p)
         self._n += 1
+        self._note_device(p.fn.device)
         return self
+
+    cdef _note_device(self, dev):
+        if self._device is None and not self._mixed:
+            self._device = dev
+        elif dev is not self._device:
+            self._device = None
+            self._mixed = True
 
     def record(self, Event event not None, stream=None):
         """Append an event record (``cuEventRecord``) on ``stream`` (the
@@ -63,6 +76,8 @@ cdef class LaunchSequence:
         cdef Stream s = resolve_stream(stream, event.device)
         self._items.append((_RECORD, event, s))
         self._n += 1
+        self._note_device(event.device)
+        self._note_device(s.device)
         return self
 
     def wait(self, Stream stream not None, Event event not None):
@@ -71,6 +86,8 @@ cdef class LaunchSequence:
         the call); returns self."""
         self._items.append((_WAIT, event, stream))
         self._n += 1
+        self._note_device(event.device)
+        self._note_device(stream.device)
         return self
 
     def __len__(self):
@@ -96,12 +113,21 @@ cdef class LaunchSequence:
         cdef Stream s
         cdef CUresult res
         cdef bint slow = captures_active() or get_launch_hook_c() is not None
+        cdef bint one_device = self._device is not None and not slow
+        if one_device:
+            (<Device>self._device).activate()     # once: every item is on it, and none switches context
         for r in range(repeat):
             for k in range(self._n):
                 item = <tuple>self._items[k]
                 kind = <int>item[0]
                 if kind == _LAUNCH:
-                    (<PreparedLaunch>item[1])._launch()
+                    p = <PreparedLaunch>item[1]
+                    if one_device:
+                        p._launch_checks()
+                        issue_launch(p.fn, p.config.grid, p.config.block, p.config.shared_mem_bytes, p._stream,
+                                     p.kernel_params, p.config, p._held, False)
+                    else:
+                        p._launch()
                 elif kind == _RECORD:
                     ev = <Event>item[1]
                     s = <Stream>item[2]
