@@ -19,6 +19,7 @@ cdef class Event:
     cdef bint _recorded
     cdef bint _closed
     cdef _check_usable(self, str what)
+    cdef int _record_on(self, Stream s) except -1   # record() once the stream is resolved
 
 # The state of one stream capture in progress: what the graph must keep alive,
 # which kernels were launched (and their graph nodes), the frees and host work

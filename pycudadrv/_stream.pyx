@@ -23,8 +23,7 @@ __all__ = ["Stream", "Event", "Capture", "synchronize_context"]
 cdef list _active = []
 cdef str _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-cdef dict _MODES = {"global": CU_STREAM_CAPTURE_MODE_GLOBAL,
-                    "thread_local": CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+cdef dict _MODES = {"global": CU_STREAM_CAPTURE_MODE_GLOBAL, "thread_local": CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                     "relaxed": CU_STREAM_CAPTURE_MODE_RELAXED}
 
 
@@ -50,8 +49,7 @@ cdef int check_launch_outside_capture(Stream s) except -1:
     for c in _active:
         if c.body and c.thread_id == me and c.stream is not s:
             raise CaptureError(f"cannot launch on {s!r} while the body of a device loop is being captured on "
-                               f"{c.stream!r}: the work would not repeat with the loop; launch on the loop's "
-                               "stream")
+                               f"{c.stream!r}: the work would not repeat with the loop; launch on the loop's stream")
     return 0
 
 
@@ -60,8 +58,7 @@ cdef int check_not_capturing(Stream stream, str what) except -1:
     if c is None:
         return 0
     if stream is not None and c is stream._capture:
-        raise CaptureError(f"cannot {what} during {c!r}: it would invalidate the capture; "
-                           "end the `with stream.capture()` block first")
+        raise CaptureError(f"cannot {what} during {c!r}: it would invalidate the capture; end the `with stream.capture()` block first")
     raise CaptureError(f"cannot {what} while {c!r} is active (mode {c.mode!r} forbids it); "
                        "end the capture first or capture with mode='relaxed'")
 
@@ -420,14 +417,17 @@ cdef class Event:
     def record(self, stream=None):
         """Record the event on ``stream`` (the device's default stream if None)
         (``cuEventRecord``); returns self."""
+        self._record_on(resolve_stream(stream, self.device))
+        return self
+
+    cdef int _record_on(self, Stream s) except -1:
         if self._closed:
             raise ClosedError("event is closed")
-        cdef Stream s = resolve_stream(stream, self.device)
         s.ensure_open()
         self.device.activate()
         check(driver().p_cuEventRecord(self._handle, s._handle), "cuEventRecord")
         self._recorded = True
-        return self
+        return 0
 
     @property
     def is_recorded(self):

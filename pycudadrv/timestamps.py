@@ -2,56 +2,14 @@
 (the khal Timestamps: passes, a request for their results, a non-blocking take)."""
 from __future__ import annotations
 
-from pycudadrv import nvtx
 from pycudadrv._errors import NotReadyError, StateError
 from pycudadrv._stream import Event, Stream
+from pycudadrv._timing import Pass, TimestampsBase
 
-__all__ = ["Timestamps"]
-
-# Pass objects cached per label (a loop reuses one); cleared beyond this many labels.
-_PASS_CACHE_LIMIT = 256
+__all__ = ["Timestamps", "Pass"]
 
 
-class _Pass:
-    """``with ts.measure(label):`` -- one event recorded on entry, one on exit.
-    Holds no state of its own, so one object serves every (nested) use of its label."""
-
-    __slots__ = ("_ts", "label")
-
-    def __init__(self, ts, label):
-        self._ts = ts
-        self.label = label
-
-    def __enter__(self):
-        ts = self._ts
-        pool = ts._pool
-        ev = pool.pop() if pool else ts._new_event()
-        ev.record(ts.stream)
-        entry = [self.label, ev, None]
-        ts._passes.append(entry)
-        ts._open.append(entry)
-        if nvtx.enabled and nvtx.push(self.label):
-            ts._nvtx_open.append(entry)
-        return ts
-
-    def __exit__(self, *exc):
-        ts = self._ts
-        pool = ts._pool
-        ev = pool.pop() if pool else ts._new_event()
-        ev.record(ts.stream)
-        entry = ts._open.pop()
-        entry[2] = ev
-        ts._last_end = ev
-        if ts._nvtx_open and ts._nvtx_open[-1] is entry:
-            ts._nvtx_open.pop()
-            nvtx.pop()
-        return False
-
-    def __repr__(self):
-        return f"<Timestamps pass {self.label!r}>"
-
-
-class Timestamps:
+class Timestamps(TimestampsBase):
     """Time labelled passes of GPU work on a stream.
 
     >>> ts = Timestamps(stream)
@@ -89,34 +47,11 @@ class Timestamps:
 
             stream = get_current_device().default_stream
         self.stream = stream
-        self._passes: list[list] = []      # [label, start Event, end Event or None while open], not yet requested
-        self._open: list[list] = []        # the open passes, innermost last
-        self._nvtx_open: list[list] = []   # those of them that opened an NVTX range (pycudadrv.nvtx on)
-        self._requested: list[list] = []   # closed passes whose results were asked for
-        self._req_end: Event | None = None  # the last end event among them (one stream: it finishes last)
-        self._last_end: Event | None = None
-        self._pool: list[Event] = []
-        self._labels: dict = {}
 
     def _new_event(self) -> Event:
         return Event(device=self.stream.device)
 
-    def measure(self, label: str) -> _Pass:
-        """A pass: ``with ts.measure(label):`` records a start event, runs the
-        block, records an end event (also when the block raises). Nested
-        passes are allowed; results come back in order of their start. With
-        NVTX on (:mod:`pycudadrv.nvtx`) the pass is also an NVTX range named ``label``."""
-        try:
-            p = self._labels.get(label)
-        except TypeError:           # an unhashable label: a pass of its own
-            return _Pass(self, str(label))
-        if p is None:
-            if len(self._labels) >= _PASS_CACHE_LIMIT:
-                self._labels.clear()
-            p = self._labels[label] = _Pass(self, str(label))
-        return p
-
-    pass_ = measure
+    pass_ = TimestampsBase.measure     # khal's spelling of measure()
 
     def request_read(self) -> None:
         """Ask for the results of every pass closed so far (khal's
@@ -151,6 +86,7 @@ class Timestamps:
         pool = self._pool
         pool.extend(starts)
         pool.extend(ends)
+        self._entry_pool.extend(req)
         return out
 
     def try_take(self):
@@ -210,6 +146,8 @@ class Timestamps:
         for _, start, end in self._requested + self._passes:
             pool.append(start)
             pool.append(end)
+        self._entry_pool.extend(self._requested)
+        self._entry_pool.extend(self._passes)
         self._passes = []
         self._requested = []
         self._req_end = None

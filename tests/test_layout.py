@@ -20,7 +20,7 @@ LAYERS = [
     "_driver", "_device", "_stream", "_host", "_dlpack", "_memory", "_interop", "_marshal", "_signature", "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "nvtx", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "queue", "aio",
+    "_compile_cache", "nvtx", "_timing", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "queue", "aio",
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 

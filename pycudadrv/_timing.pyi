@@ -1,0 +1,24 @@
+from typing import Any
+
+__all__ = ["TimestampsBase", "Pass", "PASS_CACHE_LIMIT"]
+
+PASS_CACHE_LIMIT: int
+
+class TimestampsBase:
+    stream: Any
+    _passes: list[list[Any]]
+    _open: list[list[Any]]
+    _nvtx_open: list[list[Any]]
+    _requested: list[list[Any]]
+    _req_end: Any
+    _last_end: Any
+    _pool: list[Any]
+    _labels: dict[Any, Pass]
+    _entry_pool: list[list[Any]]
+    def measure(self, label: str) -> Pass: ...
+
+class Pass:
+    @property
+    def label(self) -> str: ...
+    def __enter__(self) -> TimestampsBase: ...
+    def __exit__(self, *exc: object) -> bool: ...

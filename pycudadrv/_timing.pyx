@@ -1,0 +1,125 @@
+# cython: language_level=3
+"""The hot half of :mod:`pycudadrv.timestamps`: entering and leaving a pass.
+
+``with ts.measure(label):`` runs a pop from the event pool, an event record
+and a little list bookkeeping on entry and on exit; done in Python those cost
+more than the two ``cuEventRecord`` calls themselves, so they are here, in C.
+The reading side (requests, results, reset) stays in Python, on the same
+attributes."""
+cimport cython
+
+from pycudadrv._stream cimport Event, Stream
+
+from pycudadrv import nvtx
+
+__all__ = ["TimestampsBase", "Pass", "PASS_CACHE_LIMIT"]
+
+#: Pass objects cached per label (a loop reuses one); cleared beyond this many labels.
+PASS_CACHE_LIMIT = 256
+
+
+cdef class TimestampsBase:
+    """The state of a :class:`pycudadrv.Timestamps` and its pass entry/exit.
+
+    Entries are ``[label, start Event, end Event or None while open]``."""
+    cdef public object stream
+    cdef public list _passes         # entries not yet requested, in order of start
+    cdef public list _open           # the open passes, innermost last
+    cdef public list _nvtx_open      # those of them that opened an NVTX range (pycudadrv.nvtx on)
+    cdef public list _requested      # closed entries whose results were asked for
+    cdef public object _req_end      # the last end event among them (one stream: it finishes last)
+    cdef public object _last_end
+    cdef public list _pool           # recorded-and-read events, reused
+    cdef public dict _labels         # label -> Pass
+    cdef public list _entry_pool     # entries whose results were taken, reused (no list made per pass)
+
+    def __cinit__(self, *args, **kwargs):
+        self._passes = []
+        self._open = []
+        self._nvtx_open = []
+        self._requested = []
+        self._pool = []
+        self._labels = {}
+        self._entry_pool = []
+
+    cdef object _event(self):
+        cdef list pool = self._pool
+        if pool:
+            return pool.pop()
+        return self._new_event()     # the subclass's: a timing event on the stream's device
+
+    cdef int _record(self, ev) except -1:
+        s = self.stream
+        if type(ev) is Event and type(s) is Stream and (<Event>ev).device is (<Stream>s).device:
+            (<Event>ev)._record_on(<Stream>s)          # Event.record(s) without the Python call
+        else:
+            ev.record(s)
+        return 0
+
+    cdef int _begin(self, str label) except -1:
+        cdef list entry
+        ev = self._event()
+        self._record(ev)
+        cdef list epool = self._entry_pool
+        if epool:
+            entry = <list>epool.pop()
+            entry[0] = label
+            entry[1] = ev
+            entry[2] = None
+        else:
+            entry = [label, ev, None]
+        self._passes.append(entry)
+        self._open.append(entry)
+        if nvtx.enabled and nvtx.push(label):
+            self._nvtx_open.append(entry)
+        return 0
+
+    cdef int _end(self) except -1:
+        ev = self._event()
+        self._record(ev)
+        cdef list entry = <list>self._open.pop()
+        entry[2] = ev
+        self._last_end = ev
+        cdef list nv = self._nvtx_open
+        if nv and nv[len(nv) - 1] is entry:
+            nv.pop()
+            nvtx.pop()
+        return 0
+
+    def measure(self, label):
+        """A pass: ``with ts.measure(label):`` records a start event, runs the
+        block, records an end event (also when the block raises). Nested
+        passes are allowed; results come back in order of their start. With
+        NVTX on (:mod:`pycudadrv.nvtx`) the pass is also an NVTX range named ``label``."""
+        try:
+            p = self._labels.get(label)
+        except TypeError:           # an unhashable label: a pass of its own
+            return Pass(self, str(label))
+        if p is None:
+            if len(self._labels) >= PASS_CACHE_LIMIT:
+                self._labels.clear()
+            p = self._labels[label] = Pass(self, str(label))
+        return p
+
+
+@cython.final
+cdef class Pass:
+    """``with ts.measure(label):`` -- one event recorded on entry, one on exit.
+    Holds no state of its own, so one object serves every (nested) use of its label."""
+    cdef TimestampsBase _ts
+    cdef readonly str label
+
+    def __cinit__(self, TimestampsBase ts not None, str label not None):
+        self._ts = ts
+        self.label = label
+
+    def __enter__(self):
+        self._ts._begin(self.label)
+        return self._ts
+
+    def __exit__(self, *exc):
+        self._ts._end()
+        return False
+
+    def __repr__(self):
+        return f"<Timestamps pass {self.label!r}>"
