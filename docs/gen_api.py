@@ -57,6 +57,8 @@ SECTIONS = [
     ("Self-ordering queue (pycudadrv.queue)", "pycudadrv.queue", None),
     ("Awaitable launches (pycudadrv.aio)", "pycudadrv.aio", None),
     ("cuDNN (pycudadrv.cudnn)", "pycudadrv.cudnn", None),
+    ("MPI (pycudadrv.mpi)", "pycudadrv.mpi", None),
+    (None, "pycudadrv._mpi_setup", None),
     ("Profiling and tracing (pycudadrv.profile)", "pycudadrv.profile", None),
     ("NVTX ranges (pycudadrv.nvtx)", "pycudadrv.nvtx", None),
     ("Configuration report (pycudadrv.config)", "pycudadrv.config", None),

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pycudadrv._errors import NotReadyError, StateError
 from pycudadrv._stream import Event, Stream
-from pycudadrv._timing import Pass, TimestampsBase
+from pycudadrv._timing import TimestampsBase
 
-__all__ = ["Timestamps", "Pass"]
+__all__ = ["Timestamps"]
 
 
 class Timestamps(TimestampsBase):
