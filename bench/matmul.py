@@ -454,7 +454,7 @@ def host_cost(cd, cudnn, torch, floor, pdev, args):
         def cudnn_floor(count):
             pdev.set_current()   # untimed, as for the other floor
             return batched(lambda c: cfl.execute_loop(h, ep, pack, c))(count)
-        rows.append(Row(CUDNN_FLOOR, cudnn_floor, s.synchronize))
+        rows.append(Row(CUDNN_FLOOR, cudnn_floor, s.synchronize, essential=False, keep=cfl))
         cudnn_c = {"status": "ok", "compile": cfl.compile_cmd, "compiler": cfl.compiler_version,
                    "header": cfl.header_check}
     peer = {"status": "skipped: torch not available"}

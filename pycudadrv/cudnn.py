@@ -531,8 +531,8 @@ def _probe_verdict(got: np.ndarray) -> str | None:
         return None
     seen = sorted({float(x) for x in got[bad][:64]})[:4]
     return (f"{int(bad.sum())} of {got.size} outputs checked are not {float(PROBE_OUT)!r} (float32 of "
-            f"(1 + 2**-12) * (1 + 2**-13)); seen {seen} (TF32 gives 1.0, rounding one input "
-            f"{float(PROBE_A)!r} or {float(PROBE_B)!r}; {float(_PROBE_POISON)!r} is the poison: not written)")
+            f"(1 + 2**-12) * (1 + 2**-13)); seen {seen} (TF32 gives 1.0; rounding only a gives "
+            f"{float(PROBE_B)!r}, only b {float(PROBE_A)!r}; {float(_PROBE_POISON)!r}: not written)")
 
 
 def _check_float32(plan: MatmulPlan, keep_all: bool = False) -> None:
@@ -550,9 +550,9 @@ def _check_float32(plan: MatmulPlan, keep_all: bool = False) -> None:
     passed = []
     try:
         nb, k, n = (plan.b_shape if len(plan.b_shape) == 3 else (1, *plan.b_shape))
-        a, b, out = (Buffer.empty(math.prod(shape) * 4, device=dev, stream=s)
-                     for shape in (plan.a_shape, plan.b_shape, plan.out_shape))
-        bufs += [a, b, out]
+        for shape in (plan.a_shape, plan.b_shape, plan.out_shape):
+            bufs.append(Buffer.empty(math.prod(shape) * 4, device=dev, stream=s))
+        a, b, out = bufs
         a.fill(PROBE_A.view(np.uint32), stream=s)
         b.fill(np.uint32(0), stream=s)
         for j in range(nb):                          # row 0 of every batch of b
@@ -566,7 +566,8 @@ def _check_float32(plan: MatmulPlan, keep_all: bool = False) -> None:
             try:
                 plan(a, b, out, stream=s)
                 s.synchronize()
-                got = np.concatenate([out.read(offset=o, nbytes=chunk, stream=s).view(np.float32) for o in offsets])
+                got = np.concatenate([out.read(offset=o, nbytes=chunk, stream=s).view(np.float32)
+                                      for o in offsets])
                 why = _probe_verdict(got)
             except CudnnError as e:
                 why = f"failed to execute: {e}"

@@ -421,8 +421,9 @@ def test_float32_checks_in_a_process_started_with_NVIDIA_TF32_OVERRIDE_0(need_cu
     env = dict(os.environ, NVIDIA_TF32_OVERRIDE="0")
     here = os.path.dirname(os.path.dirname(os.path.abspath(cd.__file__)))
     env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", os.path.abspath(__file__),
-                        "-k", "strict_float32"], capture_output=True, text=True, env=env, timeout=1200)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", os.path.abspath(__file__),
+           "-k", "strict_float32"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-6000:]
     counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|skipped|error)", out.splitlines()[-1]))
