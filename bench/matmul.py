@@ -153,9 +153,7 @@ def rel_diff(torch, x, y):
 def precision_of(dtype, override):
     """What a row computes: float32 rows run under NVIDIA_TF32_OVERRIDE=0; TF32 rows compute in TF32
     unless this process has the override (then in float32, still compared with a TF32 tolerance)."""
-    if dtype == TF32:
-        return "float32" if override else "tf32"
-    return dtype
+    return ("float32" if override else "tf32") if dtype == TF32 else dtype
 
 
 def _host64(buf, dtype, n, rows=None):
@@ -330,22 +328,19 @@ def log_row(r):
 # --------------------------------------------------------------------------- host cost
 
 class CudnnFloor:
-    """The compiled ``c_cudnn_floor.c``: a C loop of ``cudnnBackendExecute``."""
+    """The compiled ``c_cudnn_floor.c`` (a C loop of ``cudnnBackendExecute``), bound to the loaded
+    libcudnn at ``libcudnn_path``; ``header_check`` says whether it was checked against cudnn_graph.h."""
 
-    def __init__(self, lib, compile_cmd, compiler_version, header_check):
-        self.lib = lib
-        self.compile_cmd = compile_cmd
-        self.compiler_version = compiler_version
-        self.header_check = header_check        # "checked against <dir>", or why not
+    def __init__(self, lib, libcudnn_path, compile_cmd, compiler_version, header_check):
+        self.lib, self.compile_cmd, self.compiler_version = lib, compile_cmd, compiler_version
+        self.header_check = header_check
         P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p
         for name, args, res in (("init", [S], I), ("init_error", [], S), ("status_name", [I], S),
                                 ("execute_loop", [P, P, P, I], ctypes.c_double)):
             f = getattr(lib, f"cudnn_floor_{name}")
             f.argtypes, f.restype = args, res
-
-    def init(self, libcudnn_path: str) -> None:
-        if self.lib.cudnn_floor_init(libcudnn_path.encode()) != 0:
-            raise BenchSetupError(f"cuDNN C floor: {self.lib.cudnn_floor_init_error().decode(errors='replace')}")
+        if lib.cudnn_floor_init(libcudnn_path.encode()) != 0:
+            raise BenchSetupError(f"cuDNN C floor: {lib.cudnn_floor_init_error().decode(errors='replace')}")
 
     def execute_loop(self, handle: int, plan: int, pack: int, iters: int) -> int:
         """``iters`` x ``cudnnBackendExecute(handle, plan, pack)``; elapsed nanoseconds measured in C."""
@@ -393,9 +388,7 @@ def build_cudnn_floor(libcudnn_path: str) -> CudnnFloor:
     if proc.returncode != 0:
         raise BenchSetupError(f"compiling the cuDNN C floor failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
     shown = " ".join(relpath(c) if os.path.isabs(c) else c for c in cmd)
-    fl = CudnnFloor(ctypes.CDLL(out), shown, _compiler_version(cc), header)
-    fl.init(libcudnn_path)
-    return fl
+    return CudnnFloor(ctypes.CDLL(out), libcudnn_path, shown, _compiler_version(cc), header)
 
 
 def host_cost(cd, cudnn, torch, floor, pdev, args):
@@ -704,10 +697,9 @@ def main(argv=None) -> int:
         "float32_rows": float32_info,
         "torch": torch_info,
         "config": {"sizes": args.sizes, "dtypes": sorted({*args.dtypes, *dtypes}), "rounds": args.rounds,
-                   "target_ms": args.target_ms,
-                   "autotune": not args.no_autotune, "host_shape": HOST_SHAPE, "host_rounds": args.host_rounds,
-                   "launches": args.launches, "batch": args.batch, "tolerance": TOLERANCE,
-                   "checked_rows": CHECK_ROWS,
+                   "target_ms": args.target_ms, "autotune": not args.no_autotune, "host_shape": HOST_SHAPE,
+                   "host_rounds": args.host_rounds, "launches": args.launches, "batch": args.batch,
+                   "tolerance": TOLERANCE, "checked_rows": CHECK_ROWS,
                    "torch_switches": "allow_tf32 off (on for float32+TF32), fp16/bf16 reduced-precision "
                                      f"reduction off; float32 rows under {OVERRIDE}=0"},
         "throughput": results,
