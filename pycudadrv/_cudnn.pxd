@@ -104,6 +104,7 @@ cdef struct pycudadrv_cudnn_api:
 
 cdef enum:
     CANDIDATES_MAX = 8      # execution plans kept for autotuning
+    STRICT_CANDIDATES = 3   # execution plans kept for a float32 plan without TF32 (the precision check's spares)
     PACKS_KEPT = 4          # finalized variant packs kept per plan (one per pointer triple)
     OWNED_MAX = 6           # tensors a, b, out, matmul, operation, operation graph
     ALIGN_BYTES = 16        # bytes, declared for every tensor (CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT)
@@ -125,6 +126,7 @@ cdef class MatmulPlan:
     cdef readonly str dtype
     cdef readonly str compute_dtype
     cdef readonly bint allow_tf32
+    cdef readonly bint tf32_override # NVIDIA_TF32_OVERRIDE=0 was in effect when the plan was built
     cdef readonly tuple a_shape, b_shape, out_shape
     cdef readonly int64_t batch, m, n, k
     cdef readonly dict engine        # the chosen engine: global index, notes, workspace, heuristic rank
@@ -167,6 +169,7 @@ cdef class MatmulPlan:
     cdef Buffer _operand(self, object x, int which)
     cdef int _switch_stream(self, Stream s) except -1
     cdef int _set_stream(self, Stream s) except -1
+    cdef int _check_stream(self, Buffer a, Buffer b, Buffer out, Stream s) except -1
     cdef int _execute_captured(self, Buffer a, Buffer b, Buffer out, Stream s, Capture cap) except -1
     cdef int _execute(self, Buffer a, Buffer b, Buffer out, Stream s) except -1
     cdef int _destroy(self, bint raise_errors) except -1

@@ -92,51 +92,7 @@ def bound_version():
     return _api.GetVersion()
 
 
-# --------------------------------------------------------------------------- errors
-
-cdef str _status_name(cudnnStatus_t st):
-    cdef const char* s = _api.GetErrorString(st) if _bound else NULL
-    return s.decode("utf-8", "replace") if s != NULL else f"cudnnStatus_t {st}"
-
-
-cdef str _last_error():
-    cdef char buf[1024]
-    buf[0] = 0
-    if _bound:
-        _api.GetLastErrorString(buf, sizeof(buf))
-        buf[sizeof(buf) - 1] = 0
-    return (<char*>buf).decode("utf-8", "replace").strip()
-
-
-cdef object _error(cudnnStatus_t st, str call, str context):
-    name = _status_name(st)
-    detail = _last_error()
-    msg = f"{name} ({st}) in {call}" + (f": {detail}" if detail else "")
-    if context:
-        msg += f"\n{context}"
-    return CudnnError(msg, code=st, name=name, call=call)
-
-
-cdef inline int _ok(cudnnStatus_t st, str call, str context) except -1:
-    if st != CUDNN_STATUS_SUCCESS:
-        raise _error(st, call, context)
-    return 0
-
-
-cdef int _set(cudnnBackendDescriptor_t d, int attr, int kind, int64_t count, const void* values,
-              str what) except -1:
-    return _ok(_api.SetAttribute(d, attr, kind, count, values), "cudnnBackendSetAttribute",
-               f"{what} (attribute {attr})")
-
-
-cdef cudnnBackendDescriptor_t _create(int kind, str what) except NULL:
-    cdef cudnnBackendDescriptor_t d = NULL
-    _ok(_api.CreateDescriptor(kind, &d), "cudnnBackendCreateDescriptor", what)
-    if d == NULL:
-        raise CudnnError(f"cudnnBackendCreateDescriptor returned no descriptor\n{what}",
-                         call="cudnnBackendCreateDescriptor")
-    return d
-
+# cuDNN calls and their errors (_status_name, _error, _ok, _set, _create): _cudnn_build.pxi.
 
 cdef inline bint _overlaps(Buffer x, Buffer y) noexcept:
     return x._ptr < y._ptr + y._nbytes and y._ptr < x._ptr + x._nbytes
@@ -242,18 +198,25 @@ cdef class MatmulPlan:
         raise ArgumentTypeError("make plans with pycudadrv.cudnn.matmul_plan()")
 
     @staticmethod
-    def _create(device, str dtype, str compute_dtype, bint allow_tf32, tuple a_dims, tuple b_dims, tuple c_dims,
-                tuple a_shape, tuple b_shape, tuple out_shape, tuple accepted, int candidates):
+    def _create(device, str dtype, str compute_dtype, bint allow_tf32, bint tf32_override, tuple a_dims,
+                tuple b_dims, tuple c_dims, tuple a_shape, tuple b_shape, tuple out_shape, tuple accepted,
+                int candidates):
         """Build a plan (pycudadrv.cudnn.matmul_plan validates the arguments).
-        ``*_dims`` are the 3-D cuDNN dimensions (batch, rows, columns); ``device``
-        None builds the operation graph and asks the heuristics only (no
-        handle, no execution plan: a diagnostic that needs no GPU)."""
+        ``*_dims`` are the 3-D cuDNN dimensions (batch, rows, columns);
+        ``tf32_override``: NVIDIA_TF32_OVERRIDE=0 is in effect (cuBLASLt
+        engines then compute float32 in float32); ``device`` None builds the
+        operation graph and asks the heuristics only (no handle, no execution
+        plan: a diagnostic that needs no GPU). A float32 plan without TF32
+        keeps at least STRICT_CANDIDATES engines for the precision check."""
         if not _bound:
             raise CudnnUnavailableError("cuDNN is not loaded (plans come from pycudadrv.cudnn.matmul_plan)")
         cdef MatmulPlan p = MatmulPlan.__new__(MatmulPlan)
         p.dtype = dtype
         p.compute_dtype = compute_dtype
         p.allow_tf32 = allow_tf32
+        p.tf32_override = tf32_override
+        if dtype == "float32" and not allow_tf32:
+            candidates = max(candidates, STRICT_CANDIDATES)
         p.a_shape, p.b_shape, p.out_shape = a_shape, b_shape, out_shape
         p.batch, p.m, p.n, p.k = c_dims[0], a_dims[1], b_dims[2], a_dims[2]
         p._accepted = accepted
@@ -365,23 +328,37 @@ cdef class MatmulPlan:
 
     def _keep_candidate(self, int i):
         """Keep candidate ``i``, destroy the others (reverse order), shrink the workspace."""
-        cdef int j
-        cdef cudnnBackendDescriptor_t keep_plan, keep_cfg
-        cdef int64_t keep_ws
-        if i < 0 or i >= self._n_cand:
-            raise ArgumentValueError(f"candidate {i} out of range [0, {self._n_cand})")
-        keep_plan, keep_cfg, keep_ws = self._cand_plan[i], self._cand_cfg[i], self._cand_ws[i]
-        info = self._cand_info[i]
+        self._keep_candidates([i])
+
+    def _keep_candidates(self, list keep):
+        """Keep the candidates ``keep`` (indices, in that order; at least one),
+        destroy the others (reverse order), use the first, workspace exactly its size."""
+        cdef int j, n = len(keep)
+        cdef cudnnBackendDescriptor_t plans[CANDIDATES_MAX]
+        cdef cudnnBackendDescriptor_t cfgs[CANDIDATES_MAX]
+        cdef int64_t wss[CANDIDATES_MAX]
+        if n < 1 or len(set(keep)) != n or any(not (0 <= i < self._n_cand) for i in keep):
+            raise ArgumentValueError(f"candidates {keep!r}: distinct indices in [0, {self._n_cand}), at least one")
+        for j in range(n):
+            plans[j], cfgs[j], wss[j] = self._cand_plan[keep[j]], self._cand_cfg[keep[j]], self._cand_ws[keep[j]]
+        infos = [self._cand_info[i] for i in keep]
         for j in range(self._n_cand - 1, -1, -1):
-            if j != i:
+            if j not in keep:
                 _api.DestroyDescriptor(self._cand_plan[j])
                 _api.DestroyDescriptor(self._cand_cfg[j])
             self._cand_plan[j] = NULL
             self._cand_cfg[j] = NULL
-        self._cand_plan[0], self._cand_cfg[0], self._cand_ws[0] = keep_plan, keep_cfg, keep_ws
-        self._cand_info = [info]
-        self._n_cand = 1
+        for j in range(n):
+            self._cand_plan[j], self._cand_cfg[j], self._cand_ws[j] = plans[j], cfgs[j], wss[j]
+        self._cand_info = infos
+        self._n_cand = n
         self._use(0, True)
+
+    def _annotate_candidate(self, int i, str key, value):
+        """Record ``key: value`` in candidate ``i``'s engine dict (``plan.engine`` once it is used)."""
+        if i < 0 or i >= self._n_cand:
+            raise ArgumentValueError(f"candidate {i} out of range [0, {self._n_cand})")
+        self._cand_info[i][key] = value
 
     # -- execution --------------------------------------------------------------------------------
 
@@ -518,12 +495,8 @@ cdef class MatmulPlan:
             cap.hold(self._workspace)
         return 0
 
-    cdef int _execute(self, Buffer a, Buffer b, Buffer out, Stream s) except -1:
-        cdef cudnnBackendDescriptor_t pack
-        cdef cudnnStatus_t st
-        cdef Capture cap
-        if self._closed:
-            raise ClosedError(f"{self._label}: the plan is closed")
+    cdef int _check_stream(self, Buffer a, Buffer b, Buffer out, Stream s) except -1:
+        """The stream open and of the plan's device; out apart from a and b."""
         if s._closed:
             s.ensure_open()
         if s.device is not self.device and (s.device is None or s.device.ordinal != self.device.ordinal):
@@ -533,6 +506,14 @@ cdef class MatmulPlan:
         if _overlaps(out, a) or _overlaps(out, b):
             raise ArgumentValueError(f"{self._label}: out overlaps {'a' if _overlaps(out, a) else 'b'} "
                                      "(cuDNN would read what it already overwrote); give out its own memory")
+        return 0
+
+    cdef int _execute(self, Buffer a, Buffer b, Buffer out, Stream s) except -1:
+        """Execute on ``s`` (the caller checked that the plan is open)."""
+        cdef cudnnBackendDescriptor_t pack
+        cdef cudnnStatus_t st
+        cdef Capture cap
+        self._check_stream(a, b, out, s)
         cap = s._capture
         if cap is None and captures_active():
             check_launch_outside_capture(s)
@@ -569,6 +550,35 @@ cdef class MatmulPlan:
         else:
             s = resolve_stream(stream, self.device)
         self._execute(ba, bb, bc, s)
+
+    def _raw_handles(self, a, b, out, stream=None):
+        """``(cudnnHandle_t, execution plan, variant pack)`` as ints: what
+        ``plan(a, b, out, stream=stream)`` hands to ``cudnnBackendExecute``,
+        after the same checks, with ``cudnnSetStream(handle, stream)`` done and
+        the use of the operands and the workspace on the stream recorded. For C
+        code that calls ``cudnnBackendExecute`` itself (bench/matmul.py's cuDNN
+        floor), on that stream only; valid until the plan is closed or executes
+        on 4 other pointer triples (its variant packs are kept per triple).
+
+        Raises as ``plan(...)``, and CaptureError while a capture is active."""
+        if self._closed:
+            raise ClosedError(f"{self._label}: the plan is closed")
+        cdef Buffer ba = self._operand(a, 0)
+        cdef Buffer bb = self._operand(b, 1)
+        cdef Buffer bc = self._operand(out, 2)
+        cdef Stream s = self._default_stream if stream is None else resolve_stream(stream, self.device)
+        self._check_stream(ba, bb, bc, s)
+        if s._capture is not None or captures_active():
+            raise CaptureError(f"{self._label}: _raw_handles() is for eager executions; no capture may be active")
+        self.device.activate()
+        if s is not self._last_stream:
+            self._switch_stream(s)
+        cdef cudnnBackendDescriptor_t pack = self._pack(ba._ptr, bb._ptr, bc._ptr)
+        self._set_stream(s)
+        ba.note_use(s)
+        bb.note_use(s)
+        bc.note_use(s)
+        return (<uintptr_t>self._h.handle, <uintptr_t>self._plan, <uintptr_t>pack)
 
     # -- lifetime ---------------------------------------------------------------------------------
 

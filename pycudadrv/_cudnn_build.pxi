@@ -1,8 +1,57 @@
-# Building a MatmulPlan, part of pycudadrv._cudnn (included there): the tensor, matmul,
-# operation and operation-graph descriptors, the engine heuristics, and the choice of
-# engines by their numerical notes. Every descriptor a plan keeps is recorded on it (in
-# creation order) the moment it exists, so MatmulPlan._destroy can always destroy them all
-# in reverse; the temporaries here are destroyed before returning, on every path.
+# Building a MatmulPlan, part of pycudadrv._cudnn (included there): the cuDNN call and
+# error helpers, the tensor, matmul, operation and operation-graph descriptors, the engine
+# heuristics, and the choice of engines by their numerical and behaviour notes
+# (engine_rejection). Every descriptor a plan keeps is recorded on it (in creation order)
+# the moment it exists, so MatmulPlan._destroy can always destroy them all in reverse; the
+# temporaries here are destroyed before returning, on every path.
+
+# --------------------------------------------------------------------------- cuDNN calls and their errors
+
+cdef str _status_name(cudnnStatus_t st):
+    cdef const char* s = _api.GetErrorString(st) if _bound else NULL
+    return s.decode("utf-8", "replace") if s != NULL else f"cudnnStatus_t {st}"
+
+
+cdef str _last_error():
+    cdef char buf[1024]
+    buf[0] = 0
+    if _bound:
+        _api.GetLastErrorString(buf, sizeof(buf))
+        buf[sizeof(buf) - 1] = 0
+    return (<char*>buf).decode("utf-8", "replace").strip()
+
+
+cdef object _error(cudnnStatus_t st, str call, str context):
+    name = _status_name(st)
+    detail = _last_error()
+    msg = f"{name} ({st}) in {call}" + (f": {detail}" if detail else "")
+    if context:
+        msg += f"\n{context}"
+    return CudnnError(msg, code=st, name=name, call=call)
+
+
+cdef inline int _ok(cudnnStatus_t st, str call, str context) except -1:
+    if st != CUDNN_STATUS_SUCCESS:
+        raise _error(st, call, context)
+    return 0
+
+
+cdef int _set(cudnnBackendDescriptor_t d, int attr, int kind, int64_t count, const void* values,
+              str what) except -1:
+    return _ok(_api.SetAttribute(d, attr, kind, count, values), "cudnnBackendSetAttribute",
+               f"{what} (attribute {attr})")
+
+
+cdef cudnnBackendDescriptor_t _create(int kind, str what) except NULL:
+    cdef cudnnBackendDescriptor_t d = NULL
+    _ok(_api.CreateDescriptor(kind, &d), "cudnnBackendCreateDescriptor", what)
+    if d == NULL:
+        raise CudnnError(f"cudnnBackendCreateDescriptor returned no descriptor\n{what}",
+                         call="cudnnBackendCreateDescriptor")
+    return d
+
+
+# --------------------------------------------------------------------------- descriptors
 
 cdef cudnnBackendDescriptor_t _own(MatmulPlan p, int kind, str what) except NULL:
     cdef cudnnBackendDescriptor_t d = _create(kind, what)
@@ -64,17 +113,36 @@ cdef int _build(MatmulPlan p, tuple a_dims, tuple b_dims, tuple c_dims, int want
     if not finalize:
         return 0
     if p._n_cand == 0:
-        hint = ""
-        if p.dtype == "float32" and not p.allow_tf32:
-            hint = ("; every engine offered for float32 uses tensor cores (TF32): pass allow_tf32=True "
-                    "to accept TF32's 10-bit mantissa")
         v = _api.GetVersion()
-        raise NotSupportedError(f"{p._label}: cuDNN {v // 10000}.{v % 10000 // 100}.{v % 100} offers no "
-                                f"usable engine on device "
-                                f"{p.device.ordinal}{hint}. Engines considered:\n  "
-                                + "\n  ".join(p.engines_considered or ["(none)"]))
+        raise NotSupportedError(no_engine_message(p._label, (v // 10000, v % 10000 // 100, v % 100),
+                                                  p.device.ordinal, p.dtype == "float32" and not p.allow_tf32,
+                                                  p.tf32_override, p.engines_considered))
     p._use(0, True)
     return 0
+
+
+def no_engine_message(str label, tuple version, int device, bint strict_float32, bint tf32_override,
+                      list considered, str why=""):
+    """The NotSupportedError message of a plan no engine qualifies for:
+    ``strict_float32`` (float32, allow_tf32=False) names both remedies,
+    allow_tf32=True and NVIDIA_TF32_OVERRIDE=0; ``considered`` are the plan's
+    engines_considered lines; ``why`` replaces the explanation."""
+    v = ".".join(str(x) for x in version)
+    head = f"{label}: cuDNN {v} offers no usable engine on device {device}"
+    if not strict_float32:
+        return f"{head}{'; ' + why if why else ''}. Engines considered:\n  " + "\n  ".join(considered or ["(none)"])
+    if not why:
+        why = ("every engine offered uses tensor cores (TF32 for float32 inputs)" if tf32_override else
+               "every engine offered uses tensor cores (TF32 for float32 inputs) or cuBLASLt (which computes "
+               "float32 in TF32 unless NVIDIA_TF32_OVERRIDE=0 is set)")
+    fix = ("Pass allow_tf32=True to accept TF32 (10-bit mantissa: relative error about 3e-4 against float64)"
+           + ("." if tf32_override else
+              ", or start the process with NVIDIA_TF32_OVERRIDE=0 in its environment (it must be set before "
+              "NVIDIA's libraries load; pycudadrv never sets it, it is process-wide): cuBLASLt engines then "
+              "compute float32 in float32."))
+    state = ("NVIDIA_TF32_OVERRIDE=0 is set. " if tf32_override else "NVIDIA_TF32_OVERRIDE=0 is not set. ")
+    return (f"{head} that computes float32 in float32 (allow_tf32=False): {why}. {state}{fix} "
+            "Engines considered:\n  " + "\n  ".join(considered or ["(none)"]))
 
 cdef dict _engine_info(MatmulPlan p, cudnnBackendDescriptor_t cfg):
     """Global index, numerical and behaviour notes of an engine config's
@@ -106,19 +174,44 @@ cdef dict _engine_info(MatmulPlan p, cudnnBackendDescriptor_t cfg):
         _api.DestroyDescriptor(eng)
     return info
 
-cdef object _rejection(MatmulPlan p, dict info):
-    """Why an engine may not compute this plan, or None."""
-    notes = info["numerical_notes"]
-    strict_f32 = p.dtype == "float32" and not p.allow_tf32
-    if notes is None:
-        return "its numerical notes are unknown" if strict_f32 else None
-    if "DOWN_CONVERT_INPUTS" in notes:
-        return "it converts the inputs to a narrower type"
-    if strict_f32 and "TENSOR_CORE" in notes:
-        return "tensor cores: TF32 for float32 inputs, allow_tf32=False"
-    if p.compute_dtype == "float32" and p.dtype != "float32" and "REDUCED_PRECISION_REDUCTION" in notes:
-        return "it accumulates in reduced precision, compute float32 was asked"
+def engine_rejection(str dtype, str compute_dtype, bint allow_tf32, bint tf32_override, numerical_notes,
+                     behavior_notes):
+    """Why an engine with these notes (lists of names, None when cuDNN did not
+    say) may not compute a plan of ``dtype`` / ``compute_dtype``, or None.
+
+    float32 with allow_tf32=False is computed in float32 or not at all:
+    TENSOR_CORE and DOWN_CONVERT_INPUTS engines are always left out (the
+    override too leaves tensor-core engines out: cuDNN documents no float32
+    accuracy for them); CUBLASLT_DEPENDENCY engines (and engines whose
+    behaviour notes are unknown) only unless NVIDIA_TF32_OVERRIDE=0 is in
+    effect (``tf32_override``): cuBLASLt computes float32 in TF32 otherwise
+    (cuDNN 9.19, H200: relative error 3e-4, no numerical note saying so)."""
+    strict = dtype == "float32" and not allow_tf32
+    if numerical_notes is None:
+        return "its numerical notes are unknown" if strict else None
+    if "DOWN_CONVERT_INPUTS" in numerical_notes:
+        return "DOWN_CONVERT_INPUTS: it converts the inputs to a narrower type"
+    if strict and "TENSOR_CORE" in numerical_notes:
+        return ("TENSOR_CORE: tensor cores compute float32 inputs as TF32, allow_tf32=False"
+                + (" (left out under NVIDIA_TF32_OVERRIDE=0 too: cuDNN states no float32 accuracy for them)"
+                   if tf32_override else ""))
+    if (compute_dtype == "float32" and "REDUCED_PRECISION_REDUCTION" in numerical_notes
+            and (dtype != "float32" or strict)):
+        return "REDUCED_PRECISION_REDUCTION: it accumulates in reduced precision, compute float32 was asked"
+    if strict and not tf32_override:
+        if behavior_notes is None:
+            return ("its behaviour notes are unknown (it may be a cuBLASLt engine, which computes float32 in TF32 "
+                    "unless NVIDIA_TF32_OVERRIDE=0 is set)")
+        if "CUBLASLT_DEPENDENCY" in behavior_notes:
+            return ("CUBLASLT_DEPENDENCY: cuBLASLt computes float32 in TF32 unless NVIDIA_TF32_OVERRIDE=0 is set "
+                    "before the process starts")
     return None
+
+
+cdef object _rejection(MatmulPlan p, dict info):
+    """Why an engine may not compute this plan, or None (:func:`engine_rejection`)."""
+    return engine_rejection(p.dtype, p.compute_dtype, p.allow_tf32, p.tf32_override, info["numerical_notes"],
+                            info["behavior_notes"])
 
 cdef int _find(MatmulPlan p, cudnnBackendDescriptor_t g, int mode, int want, bint finalize) except -1:
     """Ask the heuristics (``mode``) for engine configs, in their order; keep
@@ -165,7 +258,8 @@ cdef int _find(MatmulPlan p, cudnnBackendDescriptor_t g, int mode, int want, bin
             info = _engine_info(p, cfgs[i])
             info["heuristic"] = mode_name
             info["rank"] = i
-            tag = f"{mode_name} #{i}: engine {info['engine']}, notes {info['numerical_notes']}"
+            tag = (f"{mode_name} #{i}: engine {info['engine']}, notes {info['numerical_notes']}"
+                   + (f", behaviour {info['behavior_notes']}" if info["behavior_notes"] else ""))
             why = _rejection(p, info)
             if why is not None:
                 p.engines_considered.append(f"{tag}: skipped ({why})")

@@ -17,7 +17,15 @@ it. ``PYCUDADRV_CUDNN=0`` (or :func:`set_enabled`) switches it off. A plan is
 built once through the cuDNN backend API (tensors, matmul operation, operation
 graph, instant heuristics, execution plan, workspace) and cached by shapes,
 dtype, compute type and device; calling it checks the operands and makes one
-``cudnnBackendExecute``. See docs/cudnn.md.
+``cudnnBackendExecute``.
+
+float32 with ``allow_tf32=False`` (the default) is computed in float32 or
+refused with NotSupportedError, never silently in TF32: engines that use
+tensor cores are left out, and so are cuBLASLt engines unless the process
+runs with ``NVIDIA_TF32_OVERRIDE=0`` (NVIDIA's switch that keeps TF32 out of
+every NVIDIA library; pycudadrv reads it, never sets it); the engine kept is
+then checked once on a probe whose exact float32 product TF32 cannot give.
+See docs/cudnn.md.
 """
 from __future__ import annotations
 
@@ -34,10 +42,12 @@ import numpy as np
 from pycudadrv import _cudnn
 from pycudadrv._cudnn import MatmulPlan
 from pycudadrv._env import env_flag
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CudnnError, CudnnUnavailableError
+from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudnnError, CudnnUnavailableError,
+                               NotSupportedError)
 
 __all__ = ["MatmulPlan", "matmul_plan", "is_available", "require", "unavailable_reason", "enabled",
-           "set_enabled", "version", "library_path", "clear_cache", "LIBRARY", "PIP_PACKAGE", "MIN_VERSION"]
+           "set_enabled", "version", "library_path", "clear_cache", "tf32_override", "LIBRARY", "PIP_PACKAGE",
+           "MIN_VERSION", "TF32_OVERRIDE_VARIABLE"]
 
 #: The library looked for (cuDNN v9's front library; it loads its sub-libraries itself).
 LIBRARY = "libcudnn.so.9"
@@ -45,6 +55,8 @@ LIBRARY = "libcudnn.so.9"
 PIP_PACKAGE = "nvidia-cudnn-cu13"
 #: The oldest cuDNN pycudadrv drives (the v9 backend API as it uses it).
 MIN_VERSION = (9, 0, 0)
+#: NVIDIA's environment variable that, set to 0 before NVIDIA's libraries load, keeps TF32 out of them.
+TF32_OVERRIDE_VARIABLE = "NVIDIA_TF32_OVERRIDE"
 
 _OFF = ("cuDNN is switched off (PYCUDADRV_CUDNN=0 or pycudadrv.cudnn.set_enabled(False)); "
         "set PYCUDADRV_CUDNN=1 or call set_enabled(True) to use it")
@@ -62,6 +74,7 @@ _path: str | None = None
 _version: tuple[int, int, int] | None = None
 _error: CudnnUnavailableError | None = None   # a failed load is reported again, not retried
 _override: bool | None = None      # set_enabled()
+_tf32_override_at_load: bool | None = None   # NVIDIA_TF32_OVERRIDE was "0" when cuDNN was loaded
 _plans: dict = {}
 
 
@@ -212,7 +225,7 @@ def _adopt(lib: Any, path: str) -> Any:
 
 
 def _load() -> None:
-    global _lib, _blas, _path, _version, _error
+    global _lib, _blas, _path, _version, _error, _tf32_override_at_load
     if _lib is not None:
         return
     with _lock:
@@ -220,21 +233,40 @@ def _load() -> None:
             return
         if _error is not None:
             raise CudnnUnavailableError(str(_error))
+        override = os.environ.get(TF32_OVERRIDE_VARIABLE) == "0"
         try:
             lib, path = _open()
             ver, blas = _adopt(lib, path)
         except CudnnUnavailableError as e:
             _error = e
             raise
-        _lib, _blas, _path, _version = lib, blas, path, ver
+        _lib, _blas, _path, _version, _tf32_override_at_load = lib, blas, path, ver, override
 
 
 def _forget() -> None:
     """Forget the loaded (or failed) library so the next call looks again
     (tests; plans already made keep working)."""
-    global _lib, _blas, _path, _version, _error
+    global _lib, _blas, _path, _version, _error, _tf32_override_at_load
     with _lock:
-        _lib = _blas = _path = _version = _error = None
+        _lib = _blas = _path = _version = _error = _tf32_override_at_load = None
+
+
+def tf32_override() -> bool:
+    """Whether ``NVIDIA_TF32_OVERRIDE=0`` is in effect for pycudadrv's cuDNN:
+    the variable is ``0`` now and was when pycudadrv loaded cuDNN and cuBLASLt
+    (set later, the libraries may never see it). NVIDIA documents it as
+    overriding every NVIDIA library's defaults and settings so that float32 is
+    never computed in TF32; set it in the environment before the process
+    starts (pycudadrv reads it, never sets it: it is process-wide). float32
+    plans without TF32 then accept cuBLASLt engines. Loads cuDNN (raises
+    CudnnUnavailableError as :func:`require`)."""
+    require()
+    return _tf32_override_now()
+
+
+def _tf32_override_now() -> bool:
+    """NVIDIA_TF32_OVERRIDE is "0" now and was when cuDNN was loaded (False before it is)."""
+    return bool(_tf32_override_at_load) and os.environ.get(TF32_OVERRIDE_VARIABLE) == "0"
 
 
 def require() -> None:
@@ -395,9 +427,17 @@ def matmul_plan(a_shape: Any, b_shape: Any, dtype: Any, compute_dtype: Any = Non
     device : Device or int, optional
         The current device by default.
     allow_tf32 : bool
-        float32 only: allow tensor-core engines, which round the inputs to
-        TF32 (10-bit mantissa, relative error about 1e-3). Off by default:
-        engines with cuDNN's TENSOR_CORE note are skipped for float32.
+        float32 only: allow engines that compute in TF32 (inputs rounded to a
+        10-bit mantissa: relative error about 3e-4 against float64, 1e-3 at
+        worst), i.e. tensor-core and cuBLASLt engines. Off by default: then
+        the product is computed in float32 (relative error about 1e-7) or
+        the plan is refused. Engines noted TENSOR_CORE or
+        DOWN_CONVERT_INPUTS are left out; so are engines noted
+        CUBLASLT_DEPENDENCY unless :func:`tf32_override` (cuBLASLt computes
+        float32 in TF32 otherwise); the engine kept is executed once on a
+        probe (``a = 1 + 2**-12``, ``b = 1 + 2**-13`` in one term, zeros
+        elsewhere: an exact float32 product that TF32 rounds away) and kept
+        only if the product is exact (``plan.engine["precision_check"]``).
     autotune : bool
         Time up to 8 engines the heuristics offer and keep the fastest
         (milliseconds to seconds, once per plan); otherwise the first usable
@@ -422,7 +462,9 @@ def matmul_plan(a_shape: Any, b_shape: Any, dtype: Any, compute_dtype: Any = Non
         cuDNN is switched off or cannot be loaded (see :func:`require`).
     NotSupportedError
         No engine of this cuDNN computes the product as asked (the message
-        lists every engine considered and why it was left out).
+        lists every engine considered and why it was left out; for float32
+        without TF32 it names both ways out: ``allow_tf32=True``, or
+        ``NVIDIA_TF32_OVERRIDE=0`` in the environment of a new process).
     CudnnError
         A cuDNN call failed while building (its status and message).
     """
@@ -438,19 +480,23 @@ def matmul_plan(a_shape: Any, b_shape: Any, dtype: Any, compute_dtype: Any = Non
     require()
     dev = _device(device)
     tf32 = bool(allow_tf32) and dt == "float32"
-    key = (a, b, dt, ct, tf32, bool(autotune), dev.ordinal)
+    strict = dt == "float32" and not tf32
+    override = strict and tf32_override()
+    key = (a, b, dt, ct, tf32, override, bool(autotune), dev.ordinal)
     with _lock:
         plan = _plans.get(key) if cache else None
         if plan is not None and not plan.closed:
             return plan
-        plan = MatmulPlan._create(dev, dt, ct, tf32, a_dims, b_dims, c_dims, a, b, out, _accepted(dt),
+        plan = MatmulPlan._create(dev, dt, ct, tf32, override, a_dims, b_dims, c_dims, a, b, out, _accepted(dt),
                                   AUTOTUNE_CANDIDATES if autotune else 1)
-        if autotune:
-            try:
+        try:
+            if strict:
+                _check_float32(plan, keep_all=autotune)
+            if autotune:
                 _autotune(plan)
-            except BaseException:
-                plan.close()
-                raise
+        except BaseException:
+            plan.close()
+            raise
         if cache:
             _plans[key] = plan
     return plan
@@ -463,6 +509,95 @@ def clear_cache() -> None:
 
 
 _ONE = {"float32": np.uint32(0x3F800000), "float16": np.uint16(0x3C00), "bfloat16": np.uint16(0x3F80)}
+
+#: The precision probe of float32 plans: a[..., 0] = 1 + 2**-12 (all of a), b[0, :] = 1 + 2**-13 (row 0
+#: of every batch of b, zeros elsewhere), so out = a[., 0] * b[0, .] in one exact term: float32 gives
+#: 1 + 2**-12 + 2**-13 (the 2**-25 of the exact product rounds away, far from a tie); TF32 (and
+#: float16, bfloat16) round both inputs to 1.0 and give 1.0, rounding one of them gives the other.
+PROBE_A = np.float32(1 + 2 ** -12)
+PROBE_B = np.float32(1 + 2 ** -13)
+PROBE_OUT = np.float32(float(PROBE_A) * float(PROBE_B))
+_PROBE_POISON = np.float32(-7.0)      # finite: an engine that reads out (beta 0) must not turn it into NaN
+_PROBE_TOLERANCE = 2.0 ** -20        # relative; TF32 is off by >= 2**-13
+_PROBE_SAMPLE_BYTES = 16384          # out read back at its start, middle and end
+
+
+def _probe_verdict(got: np.ndarray) -> str | None:
+    """None when every value of ``got`` (float32) is the probe's float32
+    product, else what was wrong (the values seen, and what TF32 would give)."""
+    got = np.asarray(got, dtype=np.float64)
+    bad = ~(np.abs(got - float(PROBE_OUT)) <= _PROBE_TOLERANCE * float(PROBE_OUT))
+    if not bad.any():
+        return None
+    seen = sorted({float(x) for x in got[bad][:64]})[:4]
+    return (f"{int(bad.sum())} of {got.size} outputs checked are not {float(PROBE_OUT)!r} (float32 of "
+            f"(1 + 2**-12) * (1 + 2**-13)); seen {seen} (TF32 gives 1.0; rounding only a gives "
+            f"{float(PROBE_B)!r}, only b {float(PROBE_A)!r}; {float(_PROBE_POISON)!r}: not written)")
+
+
+def _check_float32(plan: MatmulPlan, keep_all: bool = False) -> None:
+    """Execute ``plan``'s candidate engines, in order, on the precision probe
+    (scratch operands of the plan's shapes, a private stream) until one gives
+    the exact float32 product; keep it (``keep_all``: keep every one that does,
+    for autotuning). Each result goes into ``engines_considered`` and the
+    engine's ``precision_check``. Raises NotSupportedError when none does."""
+    from pycudadrv._memory import Buffer
+    from pycudadrv._stream import Stream
+    cands = plan._candidates()
+    dev = plan.device
+    s = Stream(dev)
+    bufs = []
+    passed = []
+    try:
+        nb, k, n = (plan.b_shape if len(plan.b_shape) == 3 else (1, *plan.b_shape))
+        for shape in (plan.a_shape, plan.b_shape, plan.out_shape):
+            bufs.append(Buffer.empty(math.prod(shape) * 4, device=dev, stream=s))
+        a, b, out = bufs
+        a.fill(PROBE_A.view(np.uint32), stream=s)
+        b.fill(np.uint32(0), stream=s)
+        for j in range(nb):                          # row 0 of every batch of b
+            b[j * k * n * 4:(j * k * n + n) * 4].fill(PROBE_B.view(np.uint32), stream=s)
+        size = out.nbytes
+        chunk = min(size, _PROBE_SAMPLE_BYTES)
+        offsets = sorted({0, (size // 2 - chunk // 2) // 4 * 4, size - chunk})
+        for i, c in enumerate(cands):
+            out.fill(_PROBE_POISON.view(np.uint32), stream=s)
+            plan._try_candidate(i)
+            try:
+                plan(a, b, out, stream=s)
+                s.synchronize()
+                got = np.concatenate([out.read(offset=o, nbytes=chunk, stream=s).view(np.float32)
+                                      for o in offsets])
+                why = _probe_verdict(got)
+            except CudnnError as e:
+                why = f"failed to execute: {e}"
+            check = {"probe": "a = 1 + 2**-12, b = 1 + 2**-13 in one term", "expected": float(PROBE_OUT),
+                     "passed": why is None}
+            if why is not None:
+                check["failure"] = why
+            plan._annotate_candidate(i, "precision_check", check)
+            tag = f"precision check of engine {c['engine']} ({c['heuristic']} #{c['rank']})"
+            plan.engines_considered.append(f"{tag}: " + ("float32, kept" if why is None else f"skipped ({why})"))
+            if why is None:
+                passed.append(i)
+                if not keep_all:
+                    break
+        s.synchronize()
+    finally:
+        for buf in bufs:
+            buf.close()
+        s.close()
+    if not passed:
+        from pycudadrv._cudnn import no_engine_message
+        late = ("; NVIDIA_TF32_OVERRIDE=0 takes effect only when it is set before NVIDIA's libraries load: start "
+                "the process with it in its environment" if plan.tf32_override else "")
+        label = (f"cudnn matmul plan {plan.a_shape} @ {plan.b_shape} -> {plan.out_shape} ({plan.dtype}, compute "
+                 f"{plan.compute_dtype})")
+        raise NotSupportedError(no_engine_message(
+            label, version(), dev.ordinal, True, plan.tf32_override, list(plan.engines_considered),
+            why="every engine left after the notes failed the precision check: it computed float32 in a "
+                "narrower type (TF32) although cuDNN's notes do not say so" + late))
+    plan._keep_candidates(passed)
 
 
 def _autotune(plan: MatmulPlan, target_ms: float = 2.0) -> None:

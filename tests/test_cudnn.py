@@ -1,22 +1,39 @@
 """pycudadrv.cudnn: cuDNN matmul plans.
 
-CPU tests (the switch, what an unusable cuDNN says, argument checks) run
-everywhere; GPU tests need a device and cuDNN and are skipped with the reason
-otherwise (CI has no cuDNN). Results are checked against NumPy float64 on
-fresh random input (``rng``), outputs are poisoned with NaN first.
+CPU tests (the switch, what an unusable cuDNN says, argument checks, the
+engine rules for float32, the precision probe) run everywhere; GPU tests need
+a device and cuDNN and are skipped with the reason otherwise (CI has no
+cuDNN). Results are checked against NumPy float64 on fresh random input
+(``rng``), outputs are poisoned with NaN first.
+
+float32 without TF32 is held to 1e-5 in a process started with
+NVIDIA_TF32_OVERRIDE=0 (the only way cuBLASLt engines compute float32 in
+float32, and it must be set before NVIDIA's libraries load): the tests named
+``test_strict_float32_*`` run only in such a process, and
+``test_float32_checks_in_a_process_started_with_NVIDIA_TF32_OVERRIDE_0`` starts
+one for them. Without the override a float32 plan must be float32 or refused.
 """
+import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pycudadrv as cd
-from pycudadrv import cudnn
+from pycudadrv import _cudnn, cudnn
 
 gpu = pytest.mark.gpu
+#: NVIDIA_TF32_OVERRIDE=0 was in this process's environment when it started (before any library loaded).
+OVERRIDE_AT_START = os.environ.get("NVIDIA_TF32_OVERRIDE") == "0"
+strict_float32 = pytest.mark.skipif(
+    not OVERRIDE_AT_START, reason="needs a process started with NVIDIA_TF32_OVERRIDE=0: "
+    "test_float32_checks_in_a_process_started_with_NVIDIA_TF32_OVERRIDE_0 runs it in one")
 
 # NaN bit patterns of each dtype, and the error each dtype must reach against float64.
 POISON = {"float32": np.uint32(0x7FC00000), "float16": np.uint16(0x7E00), "bfloat16": np.uint16(0x7FC0)}
@@ -216,6 +233,98 @@ def test_dtype_spellings(spelling):
     assert cudnn._dtype_name(np.dtype("float32"), "dtype") == "float32"
 
 
+# --------------------------------------------------------------------------- CPU: which engines compute float32
+
+TC, DOWN, RPR, LT = "TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "CUBLASLT_DEPENDENCY"
+
+
+@pytest.mark.parametrize("dtype, allow_tf32, override, numerical, behavior, expect", [
+    # float32 without TF32: no tensor cores, with or without the override
+    ("float32", False, False, [TC], [], "TENSOR_CORE"),
+    ("float32", False, True, [TC], [], "left out under NVIDIA_TF32_OVERRIDE=0 too"),
+    # cuBLASLt engines compute float32 in TF32 unless the override is in effect
+    ("float32", False, False, [], [LT], "NVIDIA_TF32_OVERRIDE=0"),
+    ("float32", False, True, [], [LT], None),
+    ("float32", False, False, [], None, "behaviour notes are unknown"),
+    ("float32", False, False, None, [], "numerical notes are unknown"),
+    ("float32", False, False, [], [], None),
+    ("float32", False, False, [DOWN], [], "DOWN_CONVERT_INPUTS"),
+    ("float32", False, True, [RPR], [LT], "REDUCED_PRECISION_REDUCTION"),
+    # allow_tf32: tensor cores and cuBLASLt are what was asked for
+    ("float32", True, False, [TC], [LT], None),
+    ("float32", True, False, None, None, None),
+    # half types: inputs kept, float32 accumulation
+    ("float16", False, False, [TC], [LT], None),
+    ("bfloat16", False, False, [TC, RPR], [], "REDUCED_PRECISION_REDUCTION"),
+    ("float16", False, False, [DOWN], [], "DOWN_CONVERT_INPUTS"),
+])
+def test_engine_rules_keep_float32_in_float32(dtype, allow_tf32, override, numerical, behavior, expect):
+    why = _cudnn.engine_rejection(dtype, "float32", allow_tf32, override, numerical, behavior)
+    if expect is None:
+        assert why is None
+    else:
+        assert expect in why
+
+
+def test_a_refused_float32_plan_names_both_ways_out():
+    msg = _cudnn.no_engine_message("cudnn matmul plan (8, 8) @ (8, 8) -> (8, 8) (float32, compute float32)",
+                                   (9, 19, 0), 0, True, False, ["instant #0: engine 0: skipped (CUBLASLT)"])
+    assert msg.startswith("cudnn matmul plan (8, 8) @ (8, 8) -> (8, 8) (float32, compute float32): cuDNN 9.19.0 "
+                          "offers no usable engine on device 0 that computes float32 in float32")
+    assert "allow_tf32=True" in msg and "start the process with NVIDIA_TF32_OVERRIDE=0" in msg
+    assert msg.endswith("Engines considered:\n  instant #0: engine 0: skipped (CUBLASLT)")
+
+
+def test_with_the_override_in_effect_a_refusal_offers_allow_tf32_only():
+    msg = _cudnn.no_engine_message("plan", (9, 19, 0), 0, True, True, [])
+    assert "NVIDIA_TF32_OVERRIDE=0 is set" in msg and "allow_tf32=True" in msg
+    assert "start the process with" not in msg
+
+
+def test_the_precision_probe_is_exact_in_float32_and_rounded_away_by_tf32():
+    def tf32(x):                      # round to nearest even at a 10-bit mantissa, as TF32 does
+        u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+        return ((u + 0xFFF + ((u >> 13) & 1)) & ~np.uint64(0x1FFF)).astype(np.uint32).view(np.float32)
+
+    assert float(cudnn.PROBE_OUT) == (1 + 2 ** -12) * (1 + 2 ** -13) - 2 ** -25 == 1.0003662109375
+    assert cudnn._probe_verdict(np.full(8, cudnn.PROBE_OUT)) is None
+    as_tf32 = np.float32(tf32(cudnn.PROBE_A) * tf32(cudnn.PROBE_B))
+    assert float(as_tf32) == 1.0
+    assert "TF32 gives 1.0" in cudnn._probe_verdict(np.array([cudnn.PROBE_OUT, as_tf32], np.float32))
+    for wrong in (cudnn.PROBE_A, cudnn.PROBE_B, np.float32(-7.0), np.float32("nan")):
+        assert cudnn._probe_verdict(np.array([wrong], np.float32)).startswith("1 of 1 outputs checked")
+
+
+@pytest.mark.parametrize("at_load, now, expect", [(True, "0", True), (True, "1", False), (True, None, False),
+                                                   (False, "0", False), (None, "0", False)])
+def test_the_override_counts_only_if_set_before_cudnn_was_loaded(monkeypatch, at_load, now, expect):
+    monkeypatch.setattr(cudnn, "_tf32_override_at_load", at_load)
+    if now is None:
+        monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
+    else:
+        monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", now)
+    assert cudnn._tf32_override_now() is expect
+
+
+def test_the_benchmark_cudnn_floor_compiles(tmp_path):
+    src = Path(__file__).resolve().parent.parent / "bench" / "c_cudnn_floor.c"
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not src.is_file() or cc is None:
+        pytest.skip("needs the source tree's bench/ and a C compiler")
+    out = tmp_path / "floor.so"
+    r = subprocess.run([cc, "-O2", "-Wall", "-Werror", "-shared", "-fPIC", str(src), "-o", str(out), "-ldl"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    import ctypes
+    lib = ctypes.CDLL(str(out))
+    lib.cudnn_floor_init.argtypes = [ctypes.c_char_p]
+    lib.cudnn_floor_init_error.restype = ctypes.c_char_p
+    assert lib.cudnn_floor_init(b"/nonexistent/libcudnn.so.9") == -1
+    assert b"is not loaded in this process" in lib.cudnn_floor_init_error()
+    lib.cudnn_floor_execute_loop.restype = ctypes.c_double
+    assert lib.cudnn_floor_execute_loop(None, None, None, 1) < 0     # not initialised: an error, no call
+
+
 # --------------------------------------------------------------------------- GPU: results
 
 CASES = {
@@ -228,12 +337,7 @@ CASES = {
 }
 
 
-@gpu
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_matmul_matches_float64(need_cudnn, rng, dtype, case):
-    a_shape, b_shape, batch = CASES[case]
-    plan = cudnn.matmul_plan(a_shape, b_shape, dtype, batch=batch)
+def _check_matmul(plan, rng, dtype):
     a_host = rng.standard_normal(plan.a_shape)
     b_host = rng.standard_normal(plan.b_shape)
     a, a64 = upload(a_host, dtype)
@@ -244,11 +348,51 @@ def test_matmul_matches_float64(need_cudnn, rng, dtype, case):
     ref = np.matmul(a64, b64)
     assert got.shape == ref.shape == plan.out_shape
     assert np.isfinite(got).all(), "output still poisoned"
-    assert rel_err(got, ref) < TOLERANCE[dtype]
+    assert rel_err(got, ref) < TOLERANCE[dtype], plan.engines_considered
 
 
 @gpu
-def test_float32_plans_use_no_tf32_and_stay_within_1e_5(need_cudnn, rng):
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matmul_matches_float64(need_cudnn, rng, dtype, case):
+    a_shape, b_shape, batch = CASES[case]
+    _check_matmul(cudnn.matmul_plan(a_shape, b_shape, dtype, batch=batch), rng, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_float32_without_tf32_is_computed_in_float32_or_refused(need_cudnn, rng, case):
+    # Whatever the environment: never TF32 (relative error 3e-4) behind allow_tf32=False.
+    a_shape, b_shape, batch = CASES[case]
+    try:
+        plan = cudnn.matmul_plan(a_shape, b_shape, "float32", batch=batch)
+    except cd.NotSupportedError as e:
+        assert "allow_tf32=True" in str(e) and "NVIDIA_TF32_OVERRIDE=0" in str(e)
+        return
+    assert plan.engine["precision_check"]["passed"] is True
+    if not cudnn.tf32_override():
+        assert "CUBLASLT_DEPENDENCY" not in plan.engine["behavior_notes"]
+    _check_matmul(plan, rng, "float32")
+
+
+@strict_float32
+@gpu
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_strict_float32_matches_float64(need_cudnn, rng, case):
+    a_shape, b_shape, batch = CASES[case]
+    try:
+        plan = cudnn.matmul_plan(a_shape, b_shape, "float32", batch=batch)
+    except cd.NotSupportedError as e:
+        # Allowed only where every engine uses tensor cores (cuBLASLt engines qualify under the override).
+        assert len(a_shape) == 3 or len(b_shape) == 3 or batch, f"a 2-D float32 product was refused: {e}"
+        assert "every engine offered uses tensor cores" in str(e)
+        return
+    _check_matmul(plan, rng, "float32")
+
+
+@strict_float32
+@gpu
+def test_strict_float32_plans_use_no_tf32_and_stay_within_1e_5(need_cudnn, rng):
     plan = cudnn.matmul_plan((256, 512), (512, 192), "float32")
     assert "TENSOR_CORE" not in plan.engine["numerical_notes"]
     a, a64 = upload(rng.standard_normal(plan.a_shape), "float32")
@@ -256,6 +400,34 @@ def test_float32_plans_use_no_tf32_and_stay_within_1e_5(need_cudnn, rng):
     out = poisoned_out(plan)
     plan(a, b, out)
     assert rel_err(download(out, "float32"), a64 @ b64) < 1e-5
+
+
+@strict_float32
+@gpu
+def test_strict_float32_plans_record_their_precision_check(need_cudnn):
+    plan = cudnn.matmul_plan((96, 80), (80, 40), "float32", cache=False)
+    assert plan.tf32_override is True and cudnn.tf32_override() is True
+    assert plan.engine["precision_check"] == {"probe": "a = 1 + 2**-12, b = 1 + 2**-13 in one term",
+                                              "expected": 1.0003662109375, "passed": True}
+    assert any(line.startswith(f"precision check of engine {plan.engine['engine']} ") and line.endswith(
+        "float32, kept") for line in plan.engines_considered)
+    plan.close()
+
+
+@gpu
+def test_float32_checks_in_a_process_started_with_NVIDIA_TF32_OVERRIDE_0(need_cudnn):
+    if OVERRIDE_AT_START:
+        pytest.skip("this process started with NVIDIA_TF32_OVERRIDE=0: the test_strict_float32_* tests ran here")
+    env = dict(os.environ, NVIDIA_TF32_OVERRIDE="0")
+    here = os.path.dirname(os.path.dirname(os.path.abspath(cd.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([here, *filter(None, [env.get("PYTHONPATH")])])
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", os.path.abspath(__file__),
+           "-k", "strict_float32"]
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-6000:]
+    counts = dict((k, int(v)) for v, k in re.findall(r"(\d+) (passed|failed|skipped|error)", out.splitlines()[-1]))
+    assert counts.get("passed") == len(CASES) + 4 and "skipped" not in counts, out[-3000:]
 
 
 @gpu
@@ -295,8 +467,9 @@ def test_autotuned_plan_keeps_the_fastest_engine_and_is_correct(need_cudnn, rng)
     plan.close()
 
 
+@strict_float32
 @gpu
-def test_foreign_operands_through_cuda_array_interface(need_cudnn, rng):
+def test_strict_float32_foreign_operands_through_cuda_array_interface(need_cudnn, rng):
     plan = cudnn.matmul_plan((64, 48), (48, 32), "float32")
     a, a64 = upload(rng.standard_normal(plan.a_shape), "float32")
     b, b64 = upload(rng.standard_normal(plan.b_shape), "float32")
@@ -319,6 +492,40 @@ def test_torch_bfloat16_tensors_work_as_int16_views(need_cudnn, rng):
     cd.Device(0).synchronize()
     ref = a.double().cpu().numpy() @ b.double().cpu().numpy()
     assert rel_err(out.double().cpu().numpy(), ref) < 1e-2
+
+
+@gpu
+def test_raw_handles_are_what_cudnn_executes(need_cudnn, rng):
+    import ctypes
+    plan = cudnn.matmul_plan((96, 40), (40, 72), "float16", cache=False)
+    a, a64 = upload(rng.standard_normal(plan.a_shape), "float16")
+    b, b64 = upload(rng.standard_normal(plan.b_shape), "float16")
+    out = poisoned_out(plan)
+    s = cd.Stream()
+    s.wait_stream(cd.Device(0).default_stream)
+    handle, exec_plan, pack = plan._raw_handles(a, b, out, stream=s)
+    assert all(isinstance(x, int) and x != 0 for x in (handle, exec_plan, pack))
+    execute = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+        ctypes.cast(cudnn._lib.cudnnBackendExecute, ctypes.c_void_p).value)
+    assert execute(handle, exec_plan, pack) == 0           # CUDNN_STATUS_SUCCESS, on s (cudnnSetStream done)
+    s.synchronize()
+    assert rel_err(download(out, "float16"), a64 @ b64) < 1e-2
+    plan.close()
+
+
+@gpu
+def test_raw_handles_are_refused_during_a_capture(need_cudnn, rng):
+    plan = cudnn.matmul_plan((32, 16), (16, 8), "float16")
+    a, _ = upload(rng.standard_normal(plan.a_shape), "float16")
+    b, _ = upload(rng.standard_normal(plan.b_shape), "float16")
+    out = poisoned_out(plan)
+    s = cd.Stream()
+    s.wait_stream(cd.Device(0).default_stream)
+    with s.capture() as g:
+        with pytest.raises(cd.CaptureError, match="eager executions"):
+            plan._raw_handles(a, b, out, stream=s)
+        plan(a, b, out, stream=s)
+    g.close()
 
 
 # --------------------------------------------------------------------------- GPU: graphs and lifetime
@@ -345,8 +552,9 @@ def test_captured_plan_replays_on_the_current_inputs(need_cudnn, rng):
     g.close()
 
 
+@strict_float32
 @gpu
-def test_a_graph_keeps_a_closed_plan_until_the_graph_is_closed(need_cudnn, rng):
+def test_strict_float32_graph_keeps_a_closed_plan_until_the_graph_is_closed(need_cudnn, rng):
     plan = cudnn.matmul_plan((64, 64), (64, 64), "float32", cache=False)
     a, a64 = upload(rng.standard_normal(plan.a_shape), "float32")
     b, b64 = upload(rng.standard_normal(plan.b_shape), "float32")
@@ -367,7 +575,7 @@ def test_a_graph_keeps_a_closed_plan_until_the_graph_is_closed(need_cudnn, rng):
 
 @gpu
 def test_building_a_plan_during_a_capture_is_refused(need_cudnn, rng):
-    plan = cudnn.matmul_plan((32, 16), (16, 8), "float32")
+    plan = cudnn.matmul_plan((32, 16), (16, 8), "float32", allow_tf32=True)
     a, _ = upload(rng.standard_normal(plan.a_shape), "float32")
     b, _ = upload(rng.standard_normal(plan.b_shape), "float32")
     out = poisoned_out(plan)
@@ -375,7 +583,7 @@ def test_building_a_plan_during_a_capture_is_refused(need_cudnn, rng):
     s.wait_stream(cd.Device(0).default_stream)
     with s.capture() as g:
         with pytest.raises(cd.CaptureError, match="build it before the capture"):
-            cudnn.matmul_plan((48, 16), (16, 8), "float32", cache=False)
+            cudnn.matmul_plan((48, 16), (16, 8), "float32", allow_tf32=True, cache=False)
         plan(a, b, out, stream=s)
     g.close()
 
@@ -394,7 +602,9 @@ def test_plans_are_cached_by_shape_dtype_compute_type_and_device(need_cudnn):
 # --------------------------------------------------------------------------- GPU: errors before execution
 
 def _square_plan_and_operands(rng):
-    plan = cudnn.matmul_plan((64, 64), (64, 64), "float32")
+    # allow_tf32=True: these tests are about the operand checks, and a float32 plan without TF32 may be
+    # refused where NVIDIA_TF32_OVERRIDE=0 is not set.
+    plan = cudnn.matmul_plan((64, 64), (64, 64), "float32", allow_tf32=True)
     a, _ = upload(rng.standard_normal(plan.a_shape), "float32")
     b, _ = upload(rng.standard_normal(plan.b_shape), "float32")
     return plan, a, b, poisoned_out(plan)
@@ -406,7 +616,7 @@ def _assert_not_executed(out):
 
 @gpu
 def test_wrong_shape_is_refused_naming_the_operand(need_cudnn, rng):
-    plan = cudnn.matmul_plan((64, 32), (32, 16), "float32")
+    plan = cudnn.matmul_plan((64, 32), (32, 16), "float32", allow_tf32=True)
     a = cd.Buffer.from_numpy(rng.standard_normal((32, 64)).astype(np.float32))     # transposed
     b, _ = upload(rng.standard_normal(plan.b_shape), "float32")
     out = poisoned_out(plan)

@@ -4,20 +4,27 @@
 Part 1 drives the cuDNN backend API from ctypes alone (no pycudadrv._cudnn), printing the
 status of every step: loading libcudnn.so.9 and cuBLASLt, cudnnCreate, the tensor /
 matmul / operation / operation-graph descriptors, the engine heuristics (instant, B,
-fallback) with every engine config's global index, numerical and behaviour notes, whether
-its execution plan finalizes and its workspace, then one execution against NumPy float64.
-Part 2 does the same through pycudadrv.cudnn.matmul_plan (eager and captured).
+fallback) with every engine config's global index, numerical and behaviour notes, what
+pycudadrv's rules make of it (pycudadrv._cudnn.engine_rejection: float32 without TF32 takes
+no TENSOR_CORE engine, and no CUBLASLT_DEPENDENCY one unless NVIDIA_TF32_OVERRIDE=0),
+whether its execution plan finalizes and its workspace, then one execution against NumPy
+float64 (with ``--all-engines``: every engine that finalizes, each with its error: which
+engines really compute float32 in float32). Part 2 does the same through
+pycudadrv.cudnn.matmul_plan (eager and captured; for float32 also with allow_tf32=True).
 
     python tools/cudnn_probe.py                      # 129x77 @ 77x51, float32, float16, bfloat16
     python tools/cudnn_probe.py --shape 4,256,128,64 --dtypes float16
+    NVIDIA_TF32_OVERRIDE=0 python tools/cudnn_probe.py --all-engines --dtypes float32
 
-Exit status: 0 when every dtype computed the right product both ways, 1 otherwise, 2 when
-cuDNN or a GPU is missing.
+Exit status: 0 when every dtype computed the right product both ways (a float32 plan that
+pycudadrv refuses, with the reason, counts as right), 1 otherwise, 2 when cuDNN or a GPU is
+missing.
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -122,8 +129,10 @@ def engine_notes(pr, cfg):
     return idx.value, num, beh
 
 
-def ctypes_path(lib, dtype, a_dims, b_dims, c_dims, cd, rng):
-    """The whole flow from ctypes; returns True when the product is right."""
+def ctypes_path(lib, dtype, a_dims, b_dims, c_dims, cd, rng, all_engines, override):
+    """The whole flow from ctypes; returns True when the product is right (every engine pycudadrv's
+    rules accept, with ``all_engines``)."""
+    from pycudadrv._cudnn import engine_rejection
     pr = Probe(lib)
     handle = P()
     cd.Device(0).set_current()
@@ -144,7 +153,7 @@ def ctypes_path(lib, dtype, a_dims, b_dims, c_dims, cd, rng):
         pr.set(g, A_GRAPH_OPS, T_DESC, 1, ctypes.byref(op))
         if not pr.step("operation graph finalize", lib.cudnnBackendFinalize(g)):
             return False
-        chosen = None
+        runs = []                          # (plan, workspace bytes, name, accepted by pycudadrv's rules)
         for mode, mode_name in ((0, "instant"), (1, "B"), (2, "fallback")):
             heur = pr.create(D_ENGINEHEUR)
             pr.set(heur, A_HEUR_GRAPH, T_DESC, 1, ctypes.byref(g))
@@ -169,42 +178,45 @@ def ctypes_path(lib, dtype, a_dims, b_dims, c_dims, cd, rng):
                 ws = I64(-1)
                 if st == 0:
                     pr.get(plan, A_PLAN_WS, T_INT64, 1, ctypes.byref(ws))
-                tf32 = dtype == "float32" and num is not None and "TENSOR_CORE" in num
+                why = engine_rejection(dtype, "float32", False, override, num, beh)
                 print(f"      #{i}: engine {idx}, numerical {num}, behaviour {beh}: plan {pr.status(st)}"
-                      + (f", workspace {ws.value} bytes" if st == 0 else "") + (" [TF32]" if tf32 else ""))
-                narrow = "DOWN_CONVERT_INPUTS" in (num or []) or (
-                    dtype != "float32" and "REDUCED_PRECISION_REDUCTION" in (num or []))
-                if st == 0 and chosen is None and not tf32 and not narrow:
-                    chosen = (plan, ws.value, f"{mode_name} #{i} engine {idx}")
-            if chosen is not None:
+                      + (f", workspace {ws.value} bytes" if st == 0 else "")
+                      + (f" [pycudadrv: skipped, {why}]" if why else " [pycudadrv: usable]"))
+                if st == 0 and (all_engines or (why is None and not any(r[3] for r in runs))):
+                    runs.append((plan, ws.value, f"{mode_name} #{i} engine {idx}", why is None))
+            if runs and not all_engines:
                 break
-        if chosen is None:
-            print("    no usable engine")
-            return False
-        plan, ws_bytes, name = chosen
-        print(f"    executing with {name}")
+        if not runs:
+            print("    no usable engine (pycudadrv refuses this product"
+                  + (" without allow_tf32=True or NVIDIA_TF32_OVERRIDE=0)" if dtype == "float32" else ")"))
+            return dtype == "float32"
         a_host = rng.standard_normal(a_dims)
         b_host = rng.standard_normal(b_dims)
         a, a64 = upload(cd, a_host, dtype)
         b, b64 = upload(cd, b_host, dtype)
         out = cd.Buffer.empty(int(np.prod(c_dims)) * (4 if dtype == "float32" else 2))
-        out.fill(np.uint8(0xFF))
-        ws = cd.Buffer.empty(max(ws_bytes, 1), async_alloc=False)
-        cd.Device(0).synchronize()
-        pack = pr.create(D_PACK)
-        pr.set(pack, A_PACK_UIDS, T_INT64, 3, (I64 * 3)(1, 2, 3))
-        pr.set(pack, A_PACK_PTRS, T_VOID_PTR, 3, (P * 3)(a.ptr, b.ptr, out.ptr))
-        pr.set(pack, A_PACK_WS, T_VOID_PTR, 1, ctypes.byref(P(ws.ptr if ws_bytes > 0 else None)))
-        pr.step("variant pack finalize", lib.cudnnBackendFinalize(pack))
         s = cd.Stream()
         pr.step("cudnnSetStream", lib.cudnnSetStream(handle, P(s.handle)))
-        if not pr.step("cudnnBackendExecute", lib.cudnnBackendExecute(handle, plan, pack)):
-            return False
-        s.synchronize()
-        got = download(out, dtype, c_dims)
-        err = rel_err(got, np.matmul(a64, b64))
-        ok = err < (1e-5 if dtype == "float32" else 1e-2)
-        print(f"    relative error against float64: {err:.3e} -> {'OK' if ok else 'WRONG'}")
+        ok = True
+        for plan, ws_bytes, name, accepted in runs:
+            out.fill(np.uint8(0xFF))
+            ws = cd.Buffer.empty(max(ws_bytes, 1), async_alloc=False)
+            cd.Device(0).synchronize()
+            pack = pr.create(D_PACK)
+            pr.set(pack, A_PACK_UIDS, T_INT64, 3, (I64 * 3)(1, 2, 3))
+            pr.set(pack, A_PACK_PTRS, T_VOID_PTR, 3, (P * 3)(a.ptr, b.ptr, out.ptr))
+            pr.set(pack, A_PACK_WS, T_VOID_PTR, 1, ctypes.byref(P(ws.ptr if ws_bytes > 0 else None)))
+            pr.step(f"{name}: variant pack finalize", lib.cudnnBackendFinalize(pack))
+            if not pr.step(f"{name}: cudnnBackendExecute", lib.cudnnBackendExecute(handle, plan, pack)):
+                ok = ok and not accepted
+                continue
+            s.synchronize()
+            err = rel_err(download(out, dtype, c_dims), np.matmul(a64, b64))
+            right = err < (1e-5 if dtype == "float32" else 1e-2)
+            print(f"    {name}: relative error against float64: {err:.3e} -> {'OK' if right else 'WRONG'}"
+                  + ("" if accepted else " (an engine pycudadrv leaves out)"))
+            ok = ok and (right or not accepted)
+            ws.close()
         return ok
     finally:
         pr.destroy_all()
@@ -230,8 +242,13 @@ def rel_err(got, ref):
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
 
 
-def pycudadrv_path(cudnn, cd, dtype, a_shape, b_shape, rng):
-    plan = cudnn.matmul_plan(a_shape, b_shape, dtype, cache=False)
+def pycudadrv_path(cudnn, cd, dtype, a_shape, b_shape, rng, allow_tf32=False):
+    tol = 1e-5 if dtype == "float32" and not allow_tf32 else (2e-3 if dtype == "float32" else 1e-2)
+    try:
+        plan = cudnn.matmul_plan(a_shape, b_shape, dtype, allow_tf32=allow_tf32, cache=False)
+    except cd.NotSupportedError as e:
+        print(f"    refused: {e}")
+        return dtype == "float32" and not allow_tf32
     print(f"    {plan!r}")
     for line in plan.engines_considered:
         print(f"      {line}")
@@ -241,8 +258,7 @@ def pycudadrv_path(cudnn, cd, dtype, a_shape, b_shape, rng):
     out.fill(np.uint8(0xFF))
     plan(a, b, out)
     err = rel_err(download(out, dtype, plan.out_shape), np.matmul(a64, b64))
-    tol = 1e-5 if dtype == "float32" else 1e-2
-    print(f"    eager: relative error {err:.3e} -> {'OK' if err < tol else 'WRONG'}")
+    print(f"    eager: relative error {err:.3e} -> {'OK' if err < tol else 'WRONG'} (tolerance {tol:g})")
     s = cd.Stream()
     s.wait_stream(cd.Device(0).default_stream)
     out.fill(np.uint8(0xFF))
@@ -263,6 +279,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--shape", default="1,129,77,51", help="batch,M,K,N (default 1,129,77,51)")
     ap.add_argument("--dtypes", default="float32,float16,bfloat16")
+    ap.add_argument("--all-engines", action="store_true",
+                    help="execute every engine whose plan finalizes (part 1), not only pycudadrv's choice")
     args = ap.parse_args(argv)
     nb, m, k, n = (int(x) for x in args.shape.split(","))
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -276,6 +294,10 @@ def main(argv=None) -> int:
         print(f"  cuDNN unavailable: {reason}")
         return 2
     print(f"  libcudnn: {cudnn.library_path()}, version {cudnn.version()}, cuBLASLt: {cudnn._blas}")
+    override = cudnn.tf32_override()
+    print(f"  NVIDIA_TF32_OVERRIDE={os.environ.get('NVIDIA_TF32_OVERRIDE')!r}: "
+          + ("in effect (cuBLASLt engines compute float32 in float32)" if override else
+             "not in effect (float32 without TF32 takes no cuBLASLt engine)"))
     if not cd.is_available():
         print("  no GPU: stopping before cudnnCreate")
         return 2
@@ -288,16 +310,19 @@ def main(argv=None) -> int:
     for dtype in dtypes:
         print(f"\n== {dtype}: {a_dims} @ {b_dims}, ctypes only")
         try:
-            ok1 = ctypes_path(cudnn._lib, dtype, a_dims, b_dims, c_dims, cd, rng)
+            ok1 = ctypes_path(cudnn._lib, dtype, a_dims, b_dims, c_dims, cd, rng, args.all_engines, override)
         except Exception:
             traceback.print_exc()
             ok1 = False
-        print(f"\n== {dtype}: pycudadrv.cudnn.matmul_plan{(a_shape, b_shape)}")
-        try:
-            ok2 = pycudadrv_path(cudnn, cd, dtype, a_shape, b_shape, rng)
-        except Exception:
-            traceback.print_exc()
-            ok2 = False
+        ok2 = True
+        for tf32 in ((False, True) if dtype == "float32" else (False,)):
+            print(f"\n== {dtype}: pycudadrv.cudnn.matmul_plan{(a_shape, b_shape)}"
+                  + (", allow_tf32=True" if tf32 else ""))
+            try:
+                ok2 = pycudadrv_path(cudnn, cd, dtype, a_shape, b_shape, rng, allow_tf32=tf32) and ok2
+            except Exception:
+                traceback.print_exc()
+                ok2 = False
         results[dtype] = (ok1, ok2)
     print("\n== summary")
     for dtype, (ok1, ok2) in results.items():
