@@ -18,6 +18,9 @@ __all__ = ["TimestampsBase", "Pass", "PASS_CACHE_LIMIT"]
 PASS_CACHE_LIMIT = 256
 
 
+cdef class Pass
+
+
 cdef class TimestampsBase:
     """The state of a :class:`pycudadrv.Timestamps` and its pass entry/exit.
 
@@ -32,6 +35,8 @@ cdef class TimestampsBase:
     cdef public list _pool           # recorded-and-read events, reused
     cdef public dict _labels         # label -> Pass
     cdef public list _entry_pool     # entries whose results were taken, reused (no list made per pass)
+    cdef object _last_label          # the label of the last measure() call and its pass (a loop repeats it)
+    cdef Pass _last_pass
 
     def __cinit__(self, *args, **kwargs):
         self._passes = []
@@ -91,6 +96,8 @@ cdef class TimestampsBase:
         block, records an end event (also when the block raises). Nested
         passes are allowed; results come back in order of their start. With
         NVTX on (:mod:`pycudadrv.nvtx`) the pass is also an NVTX range named ``label``."""
+        if label is self._last_label and self._last_pass is not None:
+            return self._last_pass
         try:
             p = self._labels.get(label)
         except TypeError:           # an unhashable label: a pass of its own
@@ -99,6 +106,9 @@ cdef class TimestampsBase:
             if len(self._labels) >= PASS_CACHE_LIMIT:
                 self._labels.clear()
             p = self._labels[label] = Pass(self, str(label))
+        if type(label) is str:
+            self._last_label = label
+            self._last_pass = <Pass>p
         return p
 
 
@@ -117,7 +127,7 @@ cdef class Pass:
         self._ts._begin(self.label)
         return self._ts
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         self._ts._end()
         return False
 
