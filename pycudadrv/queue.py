@@ -355,6 +355,8 @@ class Queue:
                 try:
                     sp = _span(a, f"{name}, argument #{k}")
                 except ArgumentTypeError:
+                    if isinstance(getattr(a, "__cuda_array_interface__", None), dict):
+                        raise     # a malformed array interface: the queue cannot tell which bytes it covers
                     continue      # not memory the queue can see; the launch itself judges the value
                 if sp is None:
                     continue
