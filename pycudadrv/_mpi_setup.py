@@ -262,9 +262,15 @@ def local_rank_from_env(environ: Mapping[str, str] | None = None, world_rank: in
     only when ``SLURM_PROCID`` equals ``world_rank`` (under ``mpirun`` inside an
     allocation every rank inherits the launcher's). Pure; no MPI needed.
 
-    Raises ArgumentValueError for a value that is not a non-negative integer,
-    or a local rank not below its local size."""
+    Raises ArgumentTypeError for a value in ``environ`` that is not a str,
+    ArgumentValueError for one that is not a non-negative integer, or a local
+    rank not below its local size."""
     env = os.environ if environ is None else environ
+    names = [n for pair in LOCAL_RANK_VARIABLES for n in pair if n is not None] + ["SLURM_PROCID"]
+    for n in names:
+        if env.get(n) is not None and not isinstance(env[n], str):
+            raise ArgumentTypeError(f"local_rank: the environment's {n} must be a str, got "
+                                    f"{type(env[n]).__name__}")
     for rank_var, size_var in LOCAL_RANK_VARIABLES:
         raw = env.get(rank_var)
         if raw is None or not raw.strip():

@@ -289,7 +289,11 @@ class _CudaRows:
 
 
 def _cai_field(field: Any) -> tuple[int, np.dtype, int]:
-    """``(pointer, dtype, element count)`` of a C-contiguous CAI object."""
+    """``(pointer, dtype, element count)`` of a C-contiguous CAI object; a malformed interface is
+    refused as the Queue refuses it (:func:`pycudadrv._ranges.span`)."""
+    from pycudadrv._ranges import span
+
+    span(field, "HaloExchange.exchange: field")
     cai = field.__cuda_array_interface__
     shape = tuple(cai.get("shape", ()))
     dt = np.dtype(cai["typestr"])

@@ -234,6 +234,9 @@ def test_local_rank_from_env_refuses_values_that_are_not_ranks():
         mpi.local_rank_from_env({"OMPI_COMM_WORLD_LOCAL_RANK": "x"})
     with pytest.raises(cd.ArgumentValueError, match="MPI_LOCALRANKID=2 is not below MPI_LOCALNRANKS=2"):
         mpi.local_rank_from_env({"MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "2"})
+    with pytest.raises(cd.ArgumentTypeError, match="the environment's OMPI_COMM_WORLD_LOCAL_RANK must be a str, "
+                                                   "got int"):
+        mpi.local_rank_from_env({"OMPI_COMM_WORLD_LOCAL_RANK": 1})
 
 
 def test_device_ordinal_is_local_rank_modulo_device_count_so_ranks_share_devices():
@@ -301,6 +304,18 @@ def test_mpirun_command_takes_numpy_integers_and_checks_the_launcher_given(tmp_p
         mpi.mpirun_command(2, mpirun=str(plain))
     with pytest.raises(cd.ArgumentTypeError, match="mpirun must be a path or a command name"):
         mpi.mpirun_command(2, mpirun=5)
+
+
+def test_a_device_field_with_a_malformed_array_interface_is_refused_naming_the_fault():
+    class Field:
+        def __init__(self, **cai):
+            self.__cuda_array_interface__ = {"data": (4096, False), "version": 3, **cai}
+    assert mpi._cai_field(Field(shape=(4, 4), typestr="<f4")) == (4096, np.dtype(np.float32), 16)
+    with pytest.raises(cd.ArgumentValueError, match=r"HaloExchange.exchange: field: Field's __cuda_array_interface__: "
+                                                    r"strides \(16,\) gives 1 stride\(s\) for the 2-dimensional"):
+        mpi._cai_field(Field(shape=(4, 4), strides=(16,), typestr="<f4"))
+    with pytest.raises(cd.ArgumentTypeError, match="'typestr' must be a str"):
+        mpi._cai_field(Field(shape=(4, 4), strides=(16, 4)))
 
 
 def test_cuda_aware_switch_values_and_ompi_info_parsing():
