@@ -220,7 +220,8 @@ def _fill_for(dt: np.dtype, fill: Any) -> Any:
         what = "a real or complex number" if kind == "c" else "a real number"
         raise ArgumentTypeError(f"slab_of: fill for a grid of {dt} must be {what}, got {_show(fill)}")
     try:
-        value = complex(fill) if kind == "c" else float(fill)
+        num: Any = fill                  # a number of one of the kinds just checked
+        value = complex(num) if kind == "c" else float(num)
     except OverflowError:
         value = None                     # an int beyond every float
     if value is not None:

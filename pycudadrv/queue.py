@@ -24,8 +24,8 @@ from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureErro
 from pycudadrv._launch import PreparedLaunch
 from pycudadrv._memory import Buffer
 from pycudadrv._ranges import RangeTracker, _Lane, _Mode, span as _span
-from pycudadrv._sequence import DispatchBase
 from pycudadrv._signature import POINTER
+from pycudadrv.dispatch import Dispatch
 from pycudadrv._stream import Event, Stream
 from pycudadrv._uninit import initialised, missing
 
@@ -473,7 +473,7 @@ class Queue:
         (read only where the kernel declares the parameter ``const``), uniform
         bindings and the indirect buffer are read. Raises ArgumentTypeError for
         anything but a Dispatch."""
-        if not isinstance(dispatch, DispatchBase):
+        if not isinstance(dispatch, Dispatch):
             raise ArgumentTypeError(f"Queue.dispatch takes a pycudadrv Dispatch (Pass.dispatch(fn)), got "
                                     f"{type(dispatch).__name__}")
         fn = dispatch.function
