@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import operator
 import os
 import re
 import shutil
@@ -261,9 +262,15 @@ def local_rank_from_env(environ: Mapping[str, str] | None = None, world_rank: in
     only when ``SLURM_PROCID`` equals ``world_rank`` (under ``mpirun`` inside an
     allocation every rank inherits the launcher's). Pure; no MPI needed.
 
-    Raises ArgumentValueError for a value that is not a non-negative integer,
-    or a local rank not below its local size."""
+    Raises ArgumentTypeError for a value in ``environ`` that is not a str,
+    ArgumentValueError for one that is not a non-negative integer, or a local
+    rank not below its local size."""
     env = os.environ if environ is None else environ
+    names = [n for pair in LOCAL_RANK_VARIABLES for n in pair if n is not None] + ["SLURM_PROCID"]
+    for n in names:
+        if env.get(n) is not None and not isinstance(env[n], str):
+            raise ArgumentTypeError(f"local_rank: the environment's {n} must be a str, got "
+                                    f"{type(env[n]).__name__}")
     for rank_var, size_var in LOCAL_RANK_VARIABLES:
         raw = env.get(rank_var)
         if raw is None or not raw.strip():
@@ -314,28 +321,40 @@ def local_rank(comm: Any = None, *, method: str = "auto") -> LocalRank:
         node.Free()
 
 
+def _is_int(v: Any) -> bool:
+    return not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, np.integer))
+
+
 def _ordinal_list(ordinal: Any, where: str) -> list[int]:
+    """Device ordinals from an int, a sequence of ints (list, tuple, range, 1-D numpy array) or a
+    comma-separated string; refuses bools, floats and an empty list."""
     if isinstance(ordinal, str):
         try:
             seq: list[Any] = [int(p) for p in ordinal.split(",") if p.strip()]
         except ValueError:
             raise ArgumentValueError(f"{where}: expected comma-separated device ordinals, got {ordinal!r}") from None
+    elif isinstance(ordinal, (list, tuple, range)) or (isinstance(ordinal, np.ndarray) and ordinal.ndim == 1):
+        seq = list(ordinal)
+    elif _is_int(ordinal):
+        seq = [ordinal]
     else:
-        seq = list(ordinal) if isinstance(ordinal, (list, tuple, range)) else [ordinal]
+        raise ArgumentTypeError(f"{where}: expected a device ordinal (int), a list of them or a string such as "
+                                f"'0,1', got {type(ordinal).__name__} {ordinal!r}")
     for o in seq:
-        if isinstance(o, (bool, np.bool_)) or not isinstance(o, (int, np.integer)):
+        if not _is_int(o):
             raise ArgumentTypeError(f"{where}: device ordinals must be ints, got {o!r}")
     if not seq:
         raise ArgumentValueError(f"{where}: the list of device ordinals is empty")
     return [int(o) for o in seq]
 
 
-def _pick_ordinal(local_rank: int, device_count: int, ordinal: Any, candidates: Sequence[int] | None) -> int:
-    if ordinal is None:
-        pool = list(candidates) if candidates is not None else list(range(device_count))
-    else:
-        pool = _ordinal_list(ordinal, "assign_device")
-    return pool[local_rank % len(pool)]
+def _pool(device_count: int, ordinal: Any, candidates: Any) -> list[int]:
+    """The ordinals local ranks are dealt from: ``ordinal`` if given, else ``candidates``, else every device."""
+    if ordinal is not None:
+        return _ordinal_list(ordinal, "assign_device: ordinal")
+    if candidates is not None:
+        return _ordinal_list(candidates, "assign_device: candidates")
+    return list(range(device_count))
 
 
 def device_ordinal_for(local_rank: int, device_count: int, ordinal: Any = None, *, rank: int | None = None,
@@ -345,23 +364,37 @@ def device_ordinal_for(local_rank: int, device_count: int, ordinal: Any = None, 
     ``ordinal`` None: ``candidates[local_rank % len(candidates)]`` (default
     candidates ``range(device_count)``), so with more ranks than devices
     several ranks share one; an int: that device; a sequence (or ``"0,1"``):
-    ``ordinal[local_rank % len(ordinal)]``. ``rank`` only labels messages.
+    ``ordinal[local_rank % len(ordinal)]``. ``candidates`` takes the same
+    forms. ``rank`` only labels messages. Ints are Python or numpy integers,
+    never bools.
 
     Raises
     ------
     CudaUnavailableError
         ``device_count`` is 0.
     ArgumentTypeError
-        An ordinal that is not an int.
+        ``local_rank``, ``device_count``, ``rank`` or an ordinal (of
+        ``ordinal`` or ``candidates``) that is not an int.
     ArgumentValueError
-        The chosen ordinal is outside ``[0, device_count)``.
+        A negative ``local_rank`` or ``device_count``; an empty ``ordinal``
+        or ``candidates`` list; the chosen ordinal is outside
+        ``[0, device_count)``.
     """
+    for name, v in (("local_rank", local_rank), ("device_count", device_count)):
+        if not _is_int(v):
+            raise ArgumentTypeError(f"assign_device: {name} must be an int, got {type(v).__name__} {v!r}")
+        if v < 0:
+            raise ArgumentValueError(f"assign_device: {name} must be >= 0, got {v}")
+    if rank is not None and not _is_int(rank):
+        raise ArgumentTypeError(f"assign_device: rank must be an int or None, got {type(rank).__name__} {rank!r}")
+    local_rank, device_count = int(local_rank), int(device_count)
     who = f"rank {rank} (local rank {local_rank})" if rank is not None else f"local rank {local_rank}"
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     vis = f"; CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else ""
-    if device_count <= 0:
+    if device_count == 0:
         raise CudaUnavailableError(f"assign_device: {who}: no CUDA device is visible{vis}")
-    o = _pick_ordinal(local_rank, device_count, ordinal, candidates)
+    pool = _pool(device_count, ordinal, candidates)
+    o = pool[local_rank % len(pool)]
     if not 0 <= o < device_count:
         raise ArgumentValueError(f"assign_device: {who} was given device {o}, which does not exist: "
                                  f"{device_count} CUDA device(s) visible (ordinals 0..{device_count - 1}){vis}")
@@ -424,13 +457,14 @@ def assign_device(comm: Any = None, *, ordinal: Any = None, device_count: int | 
             spec = os.environ.get("PYCUDADRV_DEVICES")
             if ordinal is None and spec is not None:
                 candidates = _ordinal_list(spec, "PYCUDADRV_DEVICES")
-        if isinstance(device_count, bool) or not isinstance(device_count, (int, np.integer)):
+        if not _is_int(device_count):
             raise ArgumentTypeError(f"assign_device: device_count must be an int, got {device_count!r}")
         rank = comm.Get_rank()
         o = device_ordinal_for(lr.rank, int(device_count), ordinal, rank=rank, candidates=candidates)
         per = None
         if lr.size is not None:
-            per = sum(1 for j in range(lr.size) if _pick_ordinal(j, int(device_count), ordinal, candidates) == o)
+            pool = _pool(int(device_count), ordinal, candidates)
+            per = sum(1 for j in range(lr.size) if pool[j % len(pool)] == o)
         return DeviceAssignment(rank, comm.Get_size(), lr.rank, lr.size, lr.source, o, int(device_count), per)
 
 
@@ -467,7 +501,7 @@ def _launcher_flavour(exe: str) -> tuple[str, tuple[int, ...]]:
     return _FLAVOURS[exe]
 
 
-def mpirun_command(nprocs: int, *, mpirun: str | None = None) -> list[str]:
+def mpirun_command(nprocs: int, *, mpirun: str | os.PathLike[str] | None = None) -> list[str]:
     """The command line that starts ``nprocs`` processes here: ``mpirun -n N``
     (``mpiexec`` when there is no ``mpirun``), plus for Open MPI
     ``--oversubscribe`` (more ranks than cores), ``--allow-run-as-root`` when
@@ -475,16 +509,39 @@ def mpirun_command(nprocs: int, *, mpirun: str | None = None) -> list[str]:
     ``--mca btl_vader_single_copy_mechanism none`` (containers often forbid the
     cross-memory attach it uses). Append ``[sys.executable, script, ...]``.
 
+    ``nprocs``: a Python or numpy integer (not a bool). ``mpirun``: the
+    launcher to use instead, a path or a command name on ``PATH``; it is
+    checked (``shutil.which``: an existing executable file) and returned as
+    given.
+
     Raises LibraryUnavailableError when no launcher is found,
-    ArgumentValueError for ``nprocs < 1``."""
-    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
-        raise ArgumentValueError(f"mpirun_command: nprocs must be an int >= 1, got {nprocs!r}")
-    exe = mpirun or shutil.which("mpirun") or shutil.which("mpiexec")
+    ArgumentTypeError for an ``nprocs`` that is not an integer or an
+    ``mpirun`` that is not a str or path, ArgumentValueError for
+    ``nprocs < 1`` or an ``mpirun`` that is not an executable file."""
+    if isinstance(nprocs, (bool, np.bool_)):
+        raise ArgumentTypeError(f"mpirun_command: nprocs must be an int >= 1, got {nprocs!r}")
+    try:
+        n = operator.index(nprocs)
+    except TypeError:
+        raise ArgumentTypeError(f"mpirun_command: nprocs must be an int >= 1, got {type(nprocs).__name__} "
+                                f"{nprocs!r}") from None
+    if n < 1:
+        raise ArgumentValueError(f"mpirun_command: nprocs must be an int >= 1, got {n}")
+    if mpirun is not None:
+        if not isinstance(mpirun, (str, os.PathLike)):
+            raise ArgumentTypeError(f"mpirun_command: mpirun must be a path or a command name (str), got "
+                                    f"{type(mpirun).__name__}")
+        exe = os.fspath(mpirun)
+        if not exe.strip() or shutil.which(exe) is None:
+            raise ArgumentValueError(f"mpirun_command: mpirun={exe!r} is not an executable file (nor a command on "
+                                     "PATH)")
+    else:
+        exe = shutil.which("mpirun") or shutil.which("mpiexec") or ""
     if not exe:
         raise LibraryUnavailableError("mpirun_command: neither mpirun nor mpiexec is on PATH; install an MPI "
                                       "library (Open MPI: `apt-get install openmpi-bin libopenmpi-dev`, or MPICH)")
     flavour, ver = _launcher_flavour(exe)
-    cmd = [exe, "-n", str(nprocs)]
+    cmd = [exe, "-n", str(n)]
     if flavour == "openmpi":
         cmd.append("--oversubscribe")
         if hasattr(os, "geteuid") and os.geteuid() == 0:

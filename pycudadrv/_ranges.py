@@ -1,5 +1,6 @@
 """Who touched which bytes of device memory: the hazard bookkeeping of
-:class:`pycudadrv.Queue`, pure Python (no driver).
+:class:`pycudadrv.Queue`, pure Python (no driver); also the queue's per-stream
+(``_Lane``) and per-capture (``_Mode``) ordering state.
 
 A tracker holds disjoint byte ranges ``[lo, hi)`` of the (unified) device
 address space; each has the last submission that wrote it and, per lane
@@ -9,18 +10,37 @@ object with ``seq`` (issue order), ``lane`` (hashable) and ``done``.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections import deque
 
 import numpy as np
 
-from pycudadrv._errors import ArgumentTypeError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
 from pycudadrv._memory import Buffer
 
 __all__ = ["RangeTracker", "span"]
 
 
 def span(obj, what):
-    """``(lo, hi)`` device addresses of a Buffer, a view, or an object with
-    ``__cuda_array_interface__``; None for an empty one."""
+    """``(lo, hi)`` device addresses (bytes, ``hi`` exclusive) of a Buffer, a
+    view, or an object with ``__cuda_array_interface__``; None for an empty one.
+
+    For a CAI object the range covers every byte any element reaches: from
+    ``data`` plus the most negative stride steps to the last element's end
+    (C-contiguous when ``strides`` is None). ``what`` names the caller in
+    messages.
+
+    Raises
+    ------
+    ArgumentTypeError
+        No Buffer and no ``__cuda_array_interface__`` dict; in the dict, a
+        ``data`` pointer, ``shape`` or ``strides`` entry that is not an int, a
+        ``shape`` or ``strides`` that is not a tuple, or a ``typestr`` that is
+        missing or not a str.
+    ArgumentValueError
+        A negative ``shape`` entry, ``strides`` of another length than
+        ``shape``, a ``typestr`` numpy cannot read (or of zero-size
+        elements), or a range outside ``[0, 2**64)``.
+    """
     if isinstance(obj, Buffer):
         n = obj.nbytes
         if n == 0:
@@ -31,27 +51,72 @@ def span(obj, what):
     if not isinstance(cai, dict):
         raise ArgumentTypeError(f"{what}: expected a pycudadrv Buffer (or a view, or an object with "
                                 f"__cuda_array_interface__), got {type(obj).__name__}")
+    name = f"{what}: {type(obj).__name__}'s __cuda_array_interface__"
     data = cai.get("data")
-    if not isinstance(data, (tuple, list)) or not data or isinstance(data[0], bool) or not isinstance(data[0], int):
-        raise ArgumentTypeError(f"{what}: {type(obj).__name__} has no valid __cuda_array_interface__ data pointer")
-    shape = tuple(cai.get("shape", ()))
-    itemsize = np.dtype(cai.get("typestr", "|u1")).itemsize
-    if any(s == 0 for s in shape):
+    if not isinstance(data, (tuple, list)) or not data or not _is_int(data[0]):
+        raise ArgumentTypeError(f"{name} has no valid data pointer: 'data' must be (pointer, read_only) with an int "
+                                f"pointer, got {_show(data)}")
+    ptr = int(data[0])
+    shape = _ints(cai, "shape", name, required=True)
+    for k, n in enumerate(shape):
+        if n < 0:
+            raise ArgumentValueError(f"{name}: shape {shape} has a negative extent at dimension {k}")
+    typestr = cai.get("typestr")
+    if not isinstance(typestr, str):
+        raise ArgumentTypeError(f"{name}: 'typestr' must be a str such as '<f4', got {_show(typestr)}")
+    try:
+        itemsize = np.dtype(typestr).itemsize
+    except (TypeError, ValueError) as err:
+        raise ArgumentValueError(f"{name}: typestr {typestr!r} is not a numpy type string ({err})") from err
+    if itemsize == 0:
+        raise ArgumentValueError(f"{name}: typestr {typestr!r} has zero-size elements")
+    strides = _ints(cai, "strides", name, required=False)
+    if strides is not None and len(strides) != len(shape):
+        raise ArgumentValueError(f"{name}: strides {strides} gives {len(strides)} stride(s) for the "
+                                 f"{len(shape)}-dimensional shape {shape}")
+    if any(n == 0 for n in shape):
         return None
-    strides = cai.get("strides")
     lo = hi = 0
     if strides is None:
         hi = itemsize
-        for s in shape:
-            hi *= s
+        for n in shape:
+            hi *= n
     else:   # the extent the strides reach, either way
-        for s, st in zip(shape, strides):
+        for n, st in zip(shape, strides):
             if st < 0:
-                lo += (s - 1) * st
+                lo += (n - 1) * st
             else:
-                hi += (s - 1) * st
+                hi += (n - 1) * st
         hi += itemsize
-    return (data[0] + lo, data[0] + hi)
+    if ptr + lo < 0 or ptr + hi > 1 << 64:
+        raise ArgumentValueError(f"{name}: the elements reach bytes [{ptr + lo:#x}, {ptr + hi:#x}), outside the "
+                                 "64-bit address space (data pointer, shape and strides do not fit together)")
+    return (ptr + lo, ptr + hi)
+
+
+def _is_int(v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _ints(cai, key, name, required):
+    """``cai[key]`` as a tuple of Python ints (None when absent or None and not ``required``)."""
+    v = cai.get(key)
+    if v is None and not required:
+        return None
+    if key not in cai:
+        raise ArgumentTypeError(f"{name} has no '{key}' (a tuple of ints)")
+    if not isinstance(v, (tuple, list)) or not all(_is_int(x) for x in v):
+        raise ArgumentTypeError(f"{name}: '{key}' must be a tuple of ints, got {_show(v)}")
+    return tuple(int(x) for x in v)
+
+
+def _show(v):
+    """``repr(v)`` for a message, at most 80 characters."""
+    try:
+        text = repr(v)
+    except Exception:        # noqa: BLE001 -- a foreign object's repr, or an int too long to print
+        text = f"a {type(v).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class RangeTracker:
@@ -182,3 +247,34 @@ class RangeTracker:
                 keep.append(s)
         self.starts = keep
         self.limit = max(1024, 2 * len(keep))
+
+
+class _Lane:
+    """A stream the queue issues on: a pool stream, or a foreign one (a
+    Dispatch's encoder stream, a stream given by ``stream=``)."""
+
+    __slots__ = ("index", "stream", "inflight", "owned")
+
+    def __init__(self, index, stream, owned):
+        self.index = index
+        self.stream = stream
+        self.owned = owned
+        self.inflight = deque()    # Submissions not yet seen complete, in issue order
+
+    def __repr__(self):
+        return f"<lane {self.index} {self.stream!r}>"
+
+
+class _Mode:
+    """The ordering state of eager work, or of one capture in progress."""
+
+    __slots__ = ("tracker", "seen", "graph", "fork", "joined", "loads", "tails")
+
+    def __init__(self, graph=None, fork=None):
+        self.tracker = RangeTracker()
+        self.seen = {}          # consumer lane -> {producer lane: highest seq already waited for}
+        self.graph = graph      # the CapturedGraph being captured, or None (eager)
+        self.fork = fork        # the event the capture forks from
+        self.joined = set()     # lanes that joined the capture
+        self.loads = {}         # lane -> submissions during the capture (greedy choice)
+        self.tails = {}         # lane -> the last submission issued on it

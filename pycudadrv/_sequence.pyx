@@ -14,6 +14,7 @@ from pycudadrv._memory cimport Buffer
 from pycudadrv._device cimport Device
 from pycudadrv._launch cimport Function, LaunchConfig, PreparedLaunch, get_launch_hook_c, issue_launch
 
+import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, StateError
 
 __all__ = ["LaunchSequence"]
@@ -35,8 +36,10 @@ cdef class LaunchSequence:
     installed, the items are issued one by one through their own paths so
     the capture and the hook see each launch.
 
-    Raises ArgumentTypeError for an item that is not a PreparedLaunch (use
-    :meth:`record` and :meth:`wait` for events).
+    Raises ArgumentTypeError for ``launches`` that is not an iterable, or an
+    item that is not a PreparedLaunch made by ``Function.bind`` (the message
+    gives its position and type; use :meth:`record` and :meth:`wait` for
+    events).
     """
     cdef list _items          # (kind, obj, stream)
     cdef list _prepared       # the PreparedLaunch objects, for their checks
@@ -44,23 +47,41 @@ cdef class LaunchSequence:
     cdef object _device       # the one device of every item (its context made current once per call), or None
     cdef bint _mixed          # items on more than one device: each launch makes its own context current
 
+    def __cinit__(self, *args, **kwargs):
+        # Here, not in __init__: a LaunchSequence made by __new__ is a valid empty one.
+        self._items = []
+        self._prepared = []
+
     def __init__(self, launches=()):
         self._items = []
         self._prepared = []
         self._n = 0
         self._device = None
         self._mixed = False
-        for p in launches:
+        try:
+            items = iter(launches)
+        except TypeError:
+            raise ArgumentTypeError(f"LaunchSequence: launches must be an iterable of PreparedLaunch "
+                                    f"(fn.bind(...)), got {type(launches).__name__}") from None
+        for p in items:
             self.add(p)
 
-    def add(self, PreparedLaunch p not None):
-        """Append a prepared launch; returns self."""
-        if p.fn is None:
-            raise ArgumentTypeError("LaunchSequence: a PreparedLaunch made with Function.bind(...) is needed")
-        self._items.append((_LAUNCH, p, p._stream))
+    def add(self, p):
+        """Append a prepared launch; returns self.
+
+        Raises ArgumentTypeError, naming the position it would take and the
+        type given, for anything but a PreparedLaunch made by
+        ``Function.bind``."""
+        if not isinstance(p, PreparedLaunch):
+            raise ArgumentTypeError(f"LaunchSequence: item #{self._n} must be a PreparedLaunch (fn.bind(...)), got "
+                                    f"{type(p).__name__}; use record() and wait() for events")
+        if (<PreparedLaunch>p).fn is None:
+            raise ArgumentTypeError(f"LaunchSequence: item #{self._n} is a PreparedLaunch that was not made by "
+                                    "Function.bind(...)")
+        self._items.append((_LAUNCH, p, (<PreparedLaunch>p)._stream))
         self._prepared.append(p)
         self._n += 1
-        self._note_device(p.fn.device)
+        self._note_device((<PreparedLaunch>p).fn.device)
         return self
 
     cdef _note_device(self, dev):
@@ -70,20 +91,31 @@ cdef class LaunchSequence:
             self._device = None
             self._mixed = True
 
-    def record(self, Event event not None, stream=None):
+    def record(self, event, stream=None):
         """Append an event record (``cuEventRecord``) on ``stream`` (the
-        event's device's default stream if None); returns self."""
-        cdef Stream s = resolve_stream(stream, event.device)
+        event's device's default stream if None); returns self. Raises
+        ArgumentTypeError for an ``event`` that is not an Event."""
+        if not isinstance(event, Event):
+            raise ArgumentTypeError(f"LaunchSequence.record: item #{self._n}: event must be a pycudadrv Event, got "
+                                    f"{type(event).__name__}")
+        cdef Stream s = resolve_stream(stream, (<Event>event).device)
         self._items.append((_RECORD, event, s))
         self._n += 1
         self._note_device(event.device)
         self._note_device(s.device)
         return self
 
-    def wait(self, Stream stream not None, Event event not None):
+    def wait(self, stream, event):
         """Append a wait of ``stream`` for ``event`` (``cuStreamWaitEvent``);
         the event must have been recorded by then (an earlier item or before
-        the call); returns self."""
+        the call); returns self. Raises ArgumentTypeError for a ``stream``
+        that is not a Stream or an ``event`` that is not an Event."""
+        if not isinstance(stream, Stream):
+            raise ArgumentTypeError(f"LaunchSequence.wait: item #{self._n}: stream must be a pycudadrv Stream, got "
+                                    f"{type(stream).__name__}")
+        if not isinstance(event, Event):
+            raise ArgumentTypeError(f"LaunchSequence.wait: item #{self._n}: event must be a pycudadrv Event, got "
+                                    f"{type(event).__name__}")
         self._items.append((_WAIT, event, stream))
         self._n += 1
         self._note_device(event.device)
@@ -97,11 +129,15 @@ cdef class LaunchSequence:
         """Issue every item once."""
         self._issue(1)
 
-    def launch(self, int repeat=1):
-        """Issue the items ``repeat`` times, in order."""
-        if repeat < 0:
-            raise ArgumentValueError(f"repeat must be >= 0, got {repeat}")
-        self._issue(repeat)
+    def launch(self, repeat=1):
+        """Issue the items ``repeat`` times, in order. Raises
+        ArgumentTypeError for a ``repeat`` that is not an int,
+        ArgumentValueError outside ``[0, 2**31)``."""
+        if isinstance(repeat, bool) or not isinstance(repeat, (int, np.integer)):
+            raise ArgumentTypeError(f"LaunchSequence.launch: repeat must be an int, got {type(repeat).__name__}")
+        if not 0 <= repeat <= 0x7FFFFFFF:
+            raise ArgumentValueError(f"LaunchSequence.launch: repeat must be in [0, 2**31), got {int(repeat)}")
+        self._issue(<int>repeat)
 
     cdef int _issue(self, int repeat) except -1:
         cdef pycudadrv_driver_api* d = driver()

@@ -40,6 +40,7 @@ from collections import deque
 from pycudadrv._device import Device, get_current_device
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, StateError
 from pycudadrv._stream import Event, Stream
+from pycudadrv._uninit import initialised, missing
 
 __all__ = ["GpuFuture", "DevicePolicy", "wait", "launch", "submit", "policy", "set_policy", "set_completion",
            "get_completion"]
@@ -209,7 +210,12 @@ class GpuFuture:
             raise self._error
         return None
 
+    def __getattr__(self, name):
+        raise missing(self, name, "_state", "aio.launch(...), aio.submit(...) or aio.wait(...)")
+
     def __repr__(self):
+        if not initialised(self, "_state"):
+            return "<GpuFuture not initialised (made by GpuFuture.__new__)>"
         state = ("pending", "done", "failed")[self._state]
         return f"<GpuFuture {self.label}, {state}>"
 
@@ -378,7 +384,12 @@ class DevicePolicy:
         self._turn = (k + 1) % len(self._streams)
         return self._streams[k]
 
+    def __getattr__(self, name):
+        raise missing(self, name, "_streams", "DevicePolicy(device, streams=4)")
+
     def __repr__(self):
+        if not initialised(self, "_streams"):
+            return "<DevicePolicy not initialised (made by DevicePolicy.__new__)>"
         return f"<DevicePolicy round robin over {len(self._streams)} streams of device {self.device.ordinal}>"
 
 

@@ -69,6 +69,7 @@ from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
 from pycudadrv._kernel import dims3
 from pycudadrv._memory import Buffer
 from pycudadrv._sequence import DispatchBase
+from pycudadrv._uninit import initialised, missing
 
 __all__ = ["Encoder", "Pass", "Dispatch", "encoder"]
 
@@ -268,7 +269,12 @@ class Dispatch(DispatchBase):
 
     launch = DispatchBase.dispatch
 
+    def __getattr__(self, name: str) -> Any:
+        raise missing(self, name, "_bindings", "Pass.dispatch(function)")
+
     def __repr__(self) -> str:
+        if not initialised(self, "_bindings"):
+            return "<Dispatch not initialised (made by Dispatch.__new__)>"
         return (f"<Dispatch '{self.function.name}' block={self.block} {len(self._bindings)} binding(s), "
                 f"{len(self._push)} push word(s)>")
 
@@ -286,6 +292,9 @@ class Pass:
         ``indirect_mode`` is ``"auto"``, ``"device"`` or ``"persistent"`` (see
         the module docstring)."""
         return Dispatch(self, function, block, persistent_blocks, indirect_mode)
+
+    def __getattr__(self, name: str) -> Any:
+        raise missing(self, name, "encoder", "Encoder.pass_(label)")
 
 
 class Encoder:
@@ -328,6 +337,9 @@ class Encoder:
         from pycudadrv._stream import Event
 
         return Event(timing=False, device=self.device).record(self.stream)
+
+    def __getattr__(self, name: str) -> Any:
+        raise missing(self, name, "stream", "Encoder(device, stream) or Device.encoder()")
 
 
 def encoder(device: Any = None, stream: Any = None) -> Encoder:

@@ -51,8 +51,35 @@ __all__ = [
 
 # --------------------------------------------------------------------------- decomposition
 
-def _divisors(n: int, limit: int = 8) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0][:limit]
+#: How far from the requested communicator size :func:`decompose_rows` looks for sizes that would work.
+_NEAR_WINDOW = 4096
+
+
+def _nearby_divisors(n: int, size: int, each: int = 2) -> str:
+    """Which communicator sizes near ``size`` divide ``n`` rows, as message text: up to ``each``
+    on either side, found by trying at most ``_NEAR_WINDOW`` counts per side, so the cost never
+    depends on ``n`` (a prime ``n`` of 2**61 - 1 costs the same as 512)."""
+    lo, hi = max(1, size - _NEAR_WINDOW), min(n, size + _NEAR_WINDOW)
+    below = _first_divisors(n, range(size - 1, lo - 1, -1), each)[::-1]
+    above = _first_divisors(n, range(size + 1, hi + 1), each)
+    parts = [f"near {size}: {', '.join(map(str, below + above))}"] if below or above else []
+    if not below:
+        parts.append(f"none of {lo}..{size - 1}")
+    if not above and hi > size:
+        parts.append(f"none of {size + 1}..{hi}")
+    if not below:
+        parts.append("1 always does")
+    return "; ".join(parts)
+
+
+def _first_divisors(n: int, candidates: range, each: int) -> list[int]:
+    out = []
+    for d in candidates:
+        if n % d == 0:
+            out.append(d)
+            if len(out) == each:
+                break
+    return out
 
 
 @dataclass(frozen=True)
@@ -125,18 +152,94 @@ class SlabDecomposition:
         """Start of the lower halo (filled from ``down``)."""
         return (self.rows + self.halo) * self.nx
 
-    def slab_of(self, grid: np.ndarray, fill: float = np.nan) -> np.ndarray:
-        """This rank's local array cut from the global ``grid`` (``ny x nx``):
-        own rows, the neighbours' rows in the halos, ``fill`` where there is no
-        neighbour. Raises ArgumentValueError for a grid of another shape."""
-        if tuple(grid.shape) != (self.ny, self.nx):
-            raise ArgumentValueError(f"slab_of: grid has shape {tuple(grid.shape)}, the decomposition is of "
+    def slab_of(self, grid: Any, fill: Any = None) -> np.ndarray:
+        """This rank's local array cut from the global ``grid`` (``ny x nx``,
+        any numeric array-like: ``np.asarray`` of it): own rows, the
+        neighbours' rows in the halos, ``fill`` in the halo rows past the
+        global top and bottom edge (rank 0's upper halo, the last rank's
+        lower one). Same dtype as ``grid``, shape ``local_shape``.
+
+        ``fill`` None (the default) is NaN for a floating-point or complex
+        grid; an integer or bool grid has no NaN, so it needs an explicit
+        ``fill`` of its own kind (an int within the dtype's range, True or
+        False). A float ``fill`` must not overflow the dtype (to inf).
+
+        Raises
+        ------
+        ArgumentTypeError
+            A grid that is not numeric (bool, int, unsigned, float, complex),
+            or a ``fill`` of another kind than the grid's (``"x"``, 1.5 for an
+            int grid, 1 for a bool grid).
+        ArgumentValueError
+            A grid of another shape; no ``fill`` for an integer or bool grid;
+            a ``fill`` outside the dtype's range.
+        """
+        try:
+            arr = grid if isinstance(grid, np.ndarray) else np.asarray(grid)
+        except (TypeError, ValueError) as err:     # ragged lists, objects numpy cannot read
+            raise ArgumentTypeError(f"slab_of: the grid must be a numeric {self.ny} x {self.nx} array, got "
+                                    f"{type(grid).__name__} ({err})") from err
+        if arr.dtype.kind not in "biufc":
+            raise ArgumentTypeError(f"slab_of: the grid must be a numeric array (bool, int, float or complex), got "
+                                    f"{type(grid).__name__} of dtype {arr.dtype}")
+        if arr.shape != (self.ny, self.nx):
+            raise ArgumentValueError(f"slab_of: grid has shape {arr.shape}, the decomposition is of "
                                      f"{self.ny} x {self.nx}")
-        out = np.full(self.local_shape, fill, dtype=grid.dtype)
+        out = np.full(self.local_shape, _fill_for(arr.dtype, fill), dtype=arr.dtype)
         lo, hi = self.row_start - self.halo, self.row_start + self.rows + self.halo
         a, b = max(lo, 0), min(hi, self.ny)
-        out[a - lo:b - lo] = grid[a:b]
+        out[a - lo:b - lo] = arr[a:b]
         return out
+
+
+def _fill_for(dt: np.dtype, fill: Any) -> Any:
+    """``fill`` checked against ``dt`` (see :meth:`SlabDecomposition.slab_of`): a value that
+    ``np.full`` stores unchanged, with no warning."""
+    kind = dt.kind
+    is_bool = isinstance(fill, (bool, np.bool_))
+    if fill is None:
+        if kind in "fc":
+            return np.nan
+        example = "True or False" if kind == "b" else f"an int in [{np.iinfo(dt).min}, {np.iinfo(dt).max}]"
+        raise ArgumentValueError(f"slab_of: the grid holds {dt}, which has no NaN for the halo rows past the "
+                                 f"global edges; pass fill= ({example}), the value those rows get")
+    if kind == "b":
+        if not is_bool:
+            raise ArgumentTypeError(f"slab_of: fill for a grid of bool must be True or False, got {_show(fill)}")
+        return bool(fill)
+    if kind in "iu":
+        if is_bool or not isinstance(fill, (int, np.integer)):
+            raise ArgumentTypeError(f"slab_of: fill for a grid of {dt} must be an int, got {_show(fill)}")
+        info = np.iinfo(dt)
+        if not info.min <= int(fill) <= info.max:
+            raise ArgumentValueError(f"slab_of: fill {_show(fill)} is outside the range of {dt} "
+                                     f"[{info.min}, {info.max}]")
+        return int(fill)
+    numbers = (int, float, np.integer, np.floating) + ((complex, np.complexfloating) if kind == "c" else ())
+    if is_bool or not isinstance(fill, numbers):
+        what = "a real or complex number" if kind == "c" else "a real number"
+        raise ArgumentTypeError(f"slab_of: fill for a grid of {dt} must be {what}, got {_show(fill)}")
+    try:
+        num: Any = fill                  # a number of one of the kinds just checked
+        value = complex(num) if kind == "c" else float(num)
+    except OverflowError:
+        value = None                     # an int beyond every float
+    if value is not None:
+        with np.errstate(over="ignore"):
+            stored = dt.type(value)
+        parts = ((value.real, stored.real), (value.imag, stored.imag)) if kind == "c" else ((value, stored),)
+        if not any(np.isinf(b) and not np.isinf(a) for a, b in parts):
+            return stored
+    raise ArgumentValueError(f"slab_of: fill {_show(fill)} overflows {dt} (it would become inf)")
+
+
+def _show(v: Any) -> str:
+    """``repr(v)`` for a message, at most 60 characters (an int too long to print is described)."""
+    try:
+        text = repr(v)
+    except ValueError:                   # an int beyond sys.get_int_max_str_digits()
+        return f"an int of {int(v).bit_length()} bits"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def decompose_rows(ny: int, nx: int, size: int, rank: int, halo: int = 1) -> SlabDecomposition:
@@ -163,7 +266,7 @@ def decompose_rows(ny: int, nx: int, size: int, rank: int, halo: int = 1) -> Sla
     if ny % size:
         raise ArgumentValueError(f"decompose_rows: the communicator size {size} does not divide the {ny} grid rows "
                                  f"(rank {rank}); run with a number of ranks that divides {ny} "
-                                 f"({', '.join(map(str, _divisors(ny)))}, ...)")
+                                 f"({_nearby_divisors(ny, size)})")
     rows = ny // size
     if rows < halo:
         raise ArgumentValueError(f"decompose_rows: {size} slabs of {ny} rows are {rows} row(s) thick, thinner than "
@@ -187,7 +290,11 @@ class _CudaRows:
 
 
 def _cai_field(field: Any) -> tuple[int, np.dtype, int]:
-    """``(pointer, dtype, element count)`` of a C-contiguous CAI object."""
+    """``(pointer, dtype, element count)`` of a C-contiguous CAI object; a malformed interface is
+    refused as the Queue refuses it (:func:`pycudadrv._ranges.span`)."""
+    from pycudadrv._ranges import span
+
+    span(field, "HaloExchange.exchange: field")
     cai = field.__cuda_array_interface__
     shape = tuple(cai.get("shape", ()))
     dt = np.dtype(cai["typestr"])

@@ -40,6 +40,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Literal
 
+import numpy as np
+
 from pycudadrv._env import env_flag
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LibraryUnavailableError, StateError
 
@@ -325,10 +327,16 @@ def annotate_launches(flag: bool = True) -> None:
     turned off: a debugging aid, not for timing. Launches inside a capture get
     no range (they are recorded, not run).
 
-    Raises StateError while profile or trace mode holds the launch hook (a
-    profiled launch is already a range; :func:`pycudadrv.profile.disable` first)."""
+    Raises ArgumentTypeError for a ``flag`` that is not a bool (``"no"`` would
+    be truthy); StateError while profile or trace mode holds the launch hook
+    (a profiled launch is already a range; :func:`pycudadrv.profile.disable`
+    first)."""
     from pycudadrv._launch import get_launch_hook, set_launch_hook
 
+    if not isinstance(flag, (bool, np.bool_)):
+        raise ArgumentTypeError(f"nvtx.annotate_launches: flag must be True or False, got {type(flag).__name__} "
+                                f"{flag!r}")
+    flag = bool(flag)
     current = get_launch_hook()
     if flag:
         if current is not None and current is not _launch_ranges:

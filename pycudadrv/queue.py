@@ -16,7 +16,6 @@ see docs/queue.md for the rules, the stream choice and graph capture.
 from __future__ import annotations
 
 import sys
-from collections import deque
 from itertools import count
 
 import numpy as np
@@ -24,9 +23,11 @@ import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, CudaError, StateError
 from pycudadrv._launch import PreparedLaunch
 from pycudadrv._memory import Buffer
-from pycudadrv._ranges import RangeTracker, span as _span
+from pycudadrv._ranges import RangeTracker, _Lane, _Mode, span as _span
 from pycudadrv._signature import POINTER
+from pycudadrv.dispatch import Dispatch
 from pycudadrv._stream import Event, Stream
+from pycudadrv._uninit import initialised, missing
 
 __all__ = ["Queue", "Submission"]
 
@@ -111,40 +112,14 @@ class Submission:
         from pycudadrv import aio
         return aio.wait(self).__await__()
 
+    def __getattr__(self, name):
+        raise missing(self, name, "seq", "Queue.launch(...) and the other Queue methods")
+
     def __repr__(self):
+        if not initialised(self, "seq"):
+            return "<Submission not initialised (made by Submission.__new__)>"
         state = "captured" if self._captured else ("done" if self.done else "pending")
         return f"<Submission #{self.seq} {self.label} on stream {self.lane.index}, {state}>"
-
-
-class _Lane:
-    """A stream the queue issues on: a pool stream, or a foreign one (a
-    Dispatch's encoder stream, a stream given by ``stream=``)."""
-
-    __slots__ = ("index", "stream", "inflight", "owned")
-
-    def __init__(self, index, stream, owned):
-        self.index = index
-        self.stream = stream
-        self.owned = owned
-        self.inflight = deque()    # Submissions not yet seen complete, in issue order
-
-    def __repr__(self):
-        return f"<lane {self.index} {self.stream!r}>"
-
-
-class _Mode:
-    """The ordering state of eager work, or of one capture in progress."""
-
-    __slots__ = ("tracker", "seen", "graph", "fork", "joined", "loads", "tails")
-
-    def __init__(self, graph=None, fork=None):
-        self.tracker = RangeTracker()
-        self.seen = {}          # consumer lane -> {producer lane: highest seq already waited for}
-        self.graph = graph      # the CapturedGraph being captured, or None (eager)
-        self.fork = fork        # the event the capture forks from
-        self.joined = set()     # lanes that joined the capture
-        self.loads = {}         # lane -> submissions during the capture (greedy choice)
-        self.tails = {}         # lane -> the last submission issued on it
 
 
 class Queue:
@@ -355,6 +330,8 @@ class Queue:
                 try:
                     sp = _span(a, f"{name}, argument #{k}")
                 except ArgumentTypeError:
+                    if isinstance(getattr(a, "__cuda_array_interface__", None), dict):
+                        raise     # a malformed array interface: the queue cannot tell which bytes it covers
                     continue      # not memory the queue can see; the launch itself judges the value
                 if sp is None:
                     continue
@@ -494,7 +471,11 @@ class Queue:
         stream (a Dispatch's prepared launches are bound to it), ordered
         against the pool by events. Storage bindings are read and written
         (read only where the kernel declares the parameter ``const``), uniform
-        bindings and the indirect buffer are read."""
+        bindings and the indirect buffer are read. Raises ArgumentTypeError for
+        anything but a Dispatch."""
+        if not isinstance(dispatch, Dispatch):
+            raise ArgumentTypeError(f"Queue.dispatch takes a pycudadrv Dispatch (Pass.dispatch(fn)), got "
+                                    f"{type(dispatch).__name__}")
         fn = dispatch.function
         name = f"Queue.dispatch of '{fn.name}'"
         per = self._param_access(fn)
@@ -522,7 +503,10 @@ class Queue:
     def launch_graph(self, graph, *, reads=None, writes=None, stream=None) -> Submission:
         """Replay a :class:`CapturedGraph` (``cuGraphLaunch``) on a stream of
         the pool. Without ``reads``/``writes`` it is a barrier: it waits for
-        all earlier work and all later work waits for it."""
+        all earlier work and all later work waits for it. Raises
+        ArgumentTypeError for an object without ``launch(stream)``."""
+        if not callable(getattr(graph, "launch", None)):
+            raise ArgumentTypeError(f"Queue.launch_graph takes a CapturedGraph, got {type(graph).__name__}")
         acc: dict = {}
         fresh: list = []
         if reads is None and writes is None:
@@ -555,7 +539,7 @@ class Queue:
 
         Raises CudaError for a fault in the queue's work, naming the earliest
         unfinished submission's kernel; CaptureError during ``capture()``."""
-        if self._closed:
+        if self.__dict__.get("_closed", True):     # closed, or never initialised
             return
         if self._mode.graph is not None:
             raise CaptureError("Queue.synchronize() during Queue.capture(): end the `with` block first")
@@ -616,7 +600,7 @@ class Queue:
         """Destroy the pool's streams (``cuStreamDestroy``; queued work still
         completes, and frees of memory it used still wait for it). A second
         close is a no-op. Raises StateError during ``capture()``."""
-        if self._closed:
+        if self.__dict__.get("_closed", True):     # closed, or never initialised
             return
         if self._mode.graph is not None:
             raise StateError("Queue.close() during Queue.capture(): end the `with` block first")
@@ -635,6 +619,9 @@ class Queue:
         self.close()
         return False
 
+    def __getattr__(self, name):
+        raise missing(self, name, "_closed", "Queue(device, streams=4)")
+
     def stats(self) -> dict:
         """``{"submissions", "waits", "in_flight": [per pool stream], "tracked_ranges"}``:
         submissions made, event waits inserted, submissions not yet seen
@@ -644,6 +631,8 @@ class Queue:
                 "tracked_ranges": len(self._mode.tracker)}
 
     def __repr__(self):
+        if not initialised(self, "_closed"):
+            return "<Queue not initialised (made by Queue.__new__)>"
         if self._closed:
             return "<Queue closed>"
         busy = sum(len(lane.inflight) for lane in self._lanes)

@@ -131,6 +131,76 @@ def test_a_size_that_does_not_divide_the_rows_is_an_argument_value_error_naming_
         mpi.decompose_rows(512, 512, 3, 2)
 
 
+def test_the_sizes_suggested_for_a_size_that_does_not_divide_are_the_nearest_divisors():
+    with pytest.raises(cd.ArgumentValueError, match=r"does not divide the 100000001 grid rows \(rank 0\); run with "
+                                                    r"a number of ranks that divides 100000001 \(near 2: 1, 17\)$"):
+        mpi.decompose_rows(100_000_001, 4, 2, 0)          # 100000001 = 17 * 5882353
+    with pytest.raises(cd.ArgumentValueError, match=r"divides 1099511627777 \(near 2: 1, 257\)$"):
+        mpi.decompose_rows(2**40 + 1, 4, 2, 0)            # 2**40 + 1 = 257 * 4278255361
+    with pytest.raises(cd.ArgumentValueError, match=r"divides 8 \(near 1000: 4, 8\)$"):
+        mpi.decompose_rows(8, 4, 1000, 0)
+
+
+def test_sizes_are_searched_only_near_the_size_given_whatever_the_row_count():
+    # 2**61 - 1 is prime; the search looks at 4096 counts either side of the size, never up to ny.
+    with pytest.raises(cd.ArgumentValueError, match=r"divides 2305843009213693951 \(near 2: 1; none of 3..4098\)$"):
+        mpi.decompose_rows(2**61 - 1, 4, 2, 1)
+    with pytest.raises(cd.ArgumentValueError, match=r"\(none of 549755809792..549755813887; none of "
+                                                    r"549755813889..549755817984; 1 always does\)$"):
+        mpi.decompose_rows(2**40 + 1, 4, 2**39, 0)
+
+
+def test_slab_of_an_integer_or_bool_grid_needs_a_fill_of_its_own_kind():
+    d = mpi.decompose_rows(8, 4, 2, 0)
+    grid = np.arange(32, dtype=np.int64).reshape(8, 4)
+    with pytest.raises(cd.ArgumentValueError, match=r"slab_of: the grid holds int64, which has no NaN .*pass fill= "
+                                                    r"\(an int in \[-9223372036854775808, 9223372036854775807\]\)"):
+        d.slab_of(grid)
+    s = d.slab_of(grid, fill=-7)
+    assert s.dtype == np.int64
+    assert s[0].tolist() == [-7, -7, -7, -7]
+    assert s[1:].tolist() == grid[0:5].tolist()
+    flags = np.array([[True, False, False, True]] * 8)
+    with pytest.raises(cd.ArgumentValueError, match=r"pass fill= \(True or False\)"):
+        d.slab_of(flags)
+    assert d.slab_of(flags, fill=False)[0].tolist() == [False] * 4
+
+
+@pytest.mark.parametrize("dtype, fill, error, text", [
+    (np.int64, 1.5, cd.ArgumentTypeError, "fill for a grid of int64 must be an int, got 1.5"),
+    (np.int64, True, cd.ArgumentTypeError, "fill for a grid of int64 must be an int, got True"),
+    (np.uint8, -1, cd.ArgumentValueError, r"fill -1 is outside the range of uint8 \[0, 255\]"),
+    pytest.param(np.int8, 10**10000, cd.ArgumentValueError, "fill an int of 33220 bits is outside the range of int8",
+                 id="int8-10**10000"),
+    (np.bool_, 1, cd.ArgumentTypeError, "fill for a grid of bool must be True or False, got 1"),
+    (np.float64, "x", cd.ArgumentTypeError, "fill for a grid of float64 must be a real number, got 'x'"),
+    (np.float64, 2j, cd.ArgumentTypeError, "fill for a grid of float64 must be a real number, got 2j"),
+    (np.float32, 1e39, cd.ArgumentValueError, r"fill 1e\+39 overflows float32 \(it would become inf\)"),
+    (np.complex64, 1e39j, cd.ArgumentValueError, r"fill 1e\+39j overflows complex64"),
+])
+def test_slab_of_refuses_a_fill_the_dtype_cannot_hold(dtype, fill, error, text):
+    d = mpi.decompose_rows(8, 4, 2, 1)
+    with pytest.raises(error, match=text):
+        d.slab_of(np.ones((8, 4), dtype), fill=fill)
+
+
+def test_slab_of_takes_a_nested_list_and_refuses_what_is_not_a_numeric_grid():
+    d = mpi.decompose_rows(8, 4, 2, 1)
+    rows = [[r + 0.5] * 4 for r in range(8)]
+    s = d.slab_of(rows)
+    assert s.dtype == np.float64 and s.shape == (6, 4)             # rows 4..7 with one halo row either side
+    assert s[:5, 0].tolist() == [3.5, 4.5, 5.5, 6.5, 7.5] and np.isnan(s[5]).all()
+    with pytest.raises(cd.ArgumentTypeError, match="slab_of: the grid must be a numeric array .*got object"):
+        d.slab_of(object())
+    with pytest.raises(cd.ArgumentTypeError, match="slab_of: the grid must be a numeric 8 x 4 array, got list"):
+        d.slab_of([[0.0] * 4, [1.0]])
+
+
+def test_slab_of_an_integer_grid_with_a_fill_gives_no_warning(recwarn):
+    mpi.decompose_rows(8, 4, 4, 3).slab_of(np.arange(32, dtype=np.int32).reshape(8, 4), fill=0)
+    assert [str(w.message) for w in recwarn] == []
+
+
 def test_slabs_thinner_than_the_halo_and_bad_arguments_are_refused():
     with pytest.raises(cd.ArgumentValueError, match="1 row\\(s\\) thick, thinner than the halo of 2"):
         mpi.decompose_rows(4, 4, 4, 0, halo=2)
@@ -164,6 +234,9 @@ def test_local_rank_from_env_refuses_values_that_are_not_ranks():
         mpi.local_rank_from_env({"OMPI_COMM_WORLD_LOCAL_RANK": "x"})
     with pytest.raises(cd.ArgumentValueError, match="MPI_LOCALRANKID=2 is not below MPI_LOCALNRANKS=2"):
         mpi.local_rank_from_env({"MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "2"})
+    with pytest.raises(cd.ArgumentTypeError, match="the environment's OMPI_COMM_WORLD_LOCAL_RANK must be a str, "
+                                                   "got int"):
+        mpi.local_rank_from_env({"OMPI_COMM_WORLD_LOCAL_RANK": 1})
 
 
 def test_device_ordinal_is_local_rank_modulo_device_count_so_ranks_share_devices():
@@ -184,6 +257,65 @@ def test_a_device_that_does_not_exist_is_an_error_naming_rank_device_and_count(m
         mpi.device_ordinal_for(0, 0)
     with pytest.raises(cd.ArgumentTypeError, match="device ordinals must be ints, got 1.0"):
         mpi.device_ordinal_for(0, 2, [1.0])
+
+
+@pytest.mark.parametrize("call, error, text", [
+    (lambda: mpi.device_ordinal_for("0", 2), cd.ArgumentTypeError, "local_rank must be an int, got str '0'"),
+    (lambda: mpi.device_ordinal_for(True, 2), cd.ArgumentTypeError, "local_rank must be an int, got bool True"),
+    (lambda: mpi.device_ordinal_for(-1, 2), cd.ArgumentValueError, "local_rank must be >= 0, got -1"),
+    (lambda: mpi.device_ordinal_for(0, None), cd.ArgumentTypeError, "device_count must be an int, got NoneType"),
+    (lambda: mpi.device_ordinal_for(0, 2.5), cd.ArgumentTypeError, "device_count must be an int, got float 2.5"),
+    (lambda: mpi.device_ordinal_for(0, 2, candidates=[]), cd.ArgumentValueError,
+     "candidates: the list of device ordinals is empty"),
+    (lambda: mpi.device_ordinal_for(0, 2, candidates=[1.5]), cd.ArgumentTypeError,
+     "candidates: device ordinals must be ints, got 1.5"),
+    (lambda: mpi.device_ordinal_for(0, 2, candidates=[True]), cd.ArgumentTypeError,
+     "candidates: device ordinals must be ints, got True"),
+    (lambda: mpi.device_ordinal_for(0, 2, candidates={0, 1}), cd.ArgumentTypeError,
+     "candidates: expected a device ordinal \\(int\\), a list of them or a string such as '0,1', got set"),
+    (lambda: mpi.device_ordinal_for(0, 2, 1.0), cd.ArgumentTypeError, "ordinal: expected a device ordinal"),
+    (lambda: mpi.device_ordinal_for(0, 2, " "), cd.ArgumentValueError, "ordinal: the list of device ordinals is empty"),
+])
+def test_device_ordinal_for_takes_only_int_ranks_counts_and_ordinals(call, error, text):
+    with pytest.raises(error, match=text):
+        call()
+
+
+def test_device_ordinal_for_takes_numpy_integers_and_arrays_of_ordinals():
+    assert mpi.device_ordinal_for(np.int32(3), np.int64(2)) == 1
+    assert mpi.device_ordinal_for(1, 4, candidates=np.array([3, 2])) == 2
+    assert type(mpi.device_ordinal_for(0, 4, candidates=np.array([3, 2]))) is int
+
+
+def test_mpirun_command_takes_numpy_integers_and_checks_the_launcher_given(tmp_path):
+    hydra = _fake_launcher(tmp_path, "HYDRA build details:\n    Version:  4.2.0")
+    assert mpi.mpirun_command(np.int64(2), mpirun=hydra) == [hydra, "-n", "2"]
+    assert mpi.mpirun_command(np.uint8(3), mpirun=Path(hydra)) == [hydra, "-n", "3"]
+    with pytest.raises(cd.ArgumentTypeError, match="nprocs must be an int >= 1, got float 2.0"):
+        mpi.mpirun_command(2.0, mpirun=hydra)
+    with pytest.raises(cd.ArgumentTypeError, match="nprocs must be an int >= 1, got True"):
+        mpi.mpirun_command(True, mpirun=hydra)
+    missing = str(tmp_path / "no-such-mpirun")
+    with pytest.raises(cd.ArgumentValueError, match=f"mpirun='{missing}' is not an executable file"):
+        mpi.mpirun_command(2, mpirun=missing)
+    plain = tmp_path / "not-executable"
+    plain.write_text("#!/bin/sh\n")
+    with pytest.raises(cd.ArgumentValueError, match="is not an executable file"):
+        mpi.mpirun_command(2, mpirun=str(plain))
+    with pytest.raises(cd.ArgumentTypeError, match="mpirun must be a path or a command name"):
+        mpi.mpirun_command(2, mpirun=5)
+
+
+def test_a_device_field_with_a_malformed_array_interface_is_refused_naming_the_fault():
+    class Field:
+        def __init__(self, **cai):
+            self.__cuda_array_interface__ = {"data": (4096, False), "version": 3, **cai}
+    assert mpi._cai_field(Field(shape=(4, 4), typestr="<f4")) == (4096, np.dtype(np.float32), 16)
+    with pytest.raises(cd.ArgumentValueError, match=r"HaloExchange.exchange: field: Field's __cuda_array_interface__: "
+                                                    r"strides \(16,\) gives 1 stride\(s\) for the 2-dimensional"):
+        mpi._cai_field(Field(shape=(4, 4), strides=(16,), typestr="<f4"))
+    with pytest.raises(cd.ArgumentTypeError, match="'typestr' must be a str"):
+        mpi._cai_field(Field(shape=(4, 4), strides=(16, 4)))
 
 
 def test_cuda_aware_switch_values_and_ompi_info_parsing():

@@ -1,6 +1,7 @@
 """pycudadrv.nvtx: off costs nothing and records nothing; on, ranges nest and pair up; the
 ctypes backend matches nvToolsExt.h and loads the NVTX library when one is installed (CPU only)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -301,5 +302,19 @@ def test_the_launch_hook_names_each_launch_and_refuses_to_displace_profile_mode(
             nvtx.annotate_launches(True)
         nvtx.annotate_launches(False)                  # not ours: left in place
         assert _launch.get_launch_hook() is profile._profiler
+    finally:
+        _launch.set_launch_hook(prev)
+
+
+@pytest.mark.parametrize("flag, shown", [("no", "str 'no'"), (1, "int 1"), (None, "NoneType None"), ([], "list []")])
+def test_annotate_launches_takes_only_a_bool_and_leaves_the_hook_alone_otherwise(flag, shown):
+    from pycudadrv import _launch
+
+    prev = _launch.set_launch_hook(None)
+    try:
+        with pytest.raises(ArgumentTypeError, match="nvtx.annotate_launches: flag must be True or False, got "
+                                                    + re.escape(shown)):
+            nvtx.annotate_launches(flag)
+        assert _launch.get_launch_hook() is None
     finally:
         _launch.set_launch_hook(prev)

@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import pycudadrv as cd
 import pycudadrv._ranges as ranges
@@ -742,3 +743,79 @@ def test_span_of_an_array_interface_covers_every_byte_its_strides_reach():
     assert ranges.span(Cai(data=(0, False), shape=(0,)), "x") is None
     with pytest.raises(cd.ArgumentTypeError, match="x: expected a pycudadrv Buffer"):
         ranges.span(object(), "x")
+
+
+class _Cai:
+    """An object exporting exactly the given ``__cuda_array_interface__`` dict."""
+
+    def __init__(self, **cai):
+        self.__cuda_array_interface__ = cai
+
+
+def _brute_extent(ptr, shape, strides, itemsize):
+    """``[lo, hi)`` over every element, one by one; None when there is none."""
+    import itertools
+    if any(n == 0 for n in shape):
+        return None
+    if strides is None:             # C order
+        strides, step = [], itemsize
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+    offsets = [sum(i * s for i, s in zip(idx, strides)) for idx in itertools.product(*(range(n) for n in shape))]
+    return (ptr + min(offsets), ptr + max(offsets) + itemsize)
+
+
+_TYPESTRS = {"|u1": 1, "<i2": 2, "<f4": 4, "<f8": 8, "<c16": 16, "|V12": 12}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=0, max_size=4).flatmap(
+    lambda shape: st.tuples(st.just(tuple(shape)),                           # zero-size and 0-d shapes too
+                            st.none() | st.tuples(*(st.integers(-64, 64) for _ in shape)),   # negative strides
+                            st.sampled_from(sorted(_TYPESTRS)))))
+def test_span_equals_the_brute_force_extent_for_every_valid_interface(case):
+    shape, strides, typestr = case
+    ptr = 1 << 40
+    got = ranges.span(_Cai(data=(ptr, False), shape=shape, strides=strides, typestr=typestr, version=3), "x")
+    assert got == _brute_extent(ptr, shape, strides, _TYPESTRS[typestr])
+
+
+@pytest.mark.parametrize("cai, error, text", [
+    ({"shape": (4, 4), "strides": (16,), "typestr": "<f4"}, cd.ArgumentValueError,
+     r"strides \(16,\) gives 1 stride\(s\) for the 2-dimensional shape \(4, 4\)"),
+    ({"shape": (4,), "strides": (4, 4), "typestr": "<f4"}, cd.ArgumentValueError,
+     r"strides \(4, 4\) gives 2 stride\(s\) for the 1-dimensional shape \(4,\)"),
+    ({"shape": (-4, 4), "typestr": "<f4"}, cd.ArgumentValueError,
+     r"shape \(-4, 4\) has a negative extent at dimension 0"),
+    ({"shape": (4, 2.0), "typestr": "<f4"}, cd.ArgumentTypeError, r"'shape' must be a tuple of ints, got \(4, 2.0\)"),
+    ({"shape": (True,), "typestr": "<f4"}, cd.ArgumentTypeError, r"'shape' must be a tuple of ints, got \(True,\)"),
+    ({"shape": 4, "typestr": "<f4"}, cd.ArgumentTypeError, r"'shape' must be a tuple of ints, got 4"),
+    ({"typestr": "<f4"}, cd.ArgumentTypeError, r"has no 'shape'"),
+    ({"shape": (4,), "strides": (4,)}, cd.ArgumentTypeError, r"'typestr' must be a str such as '<f4', got None"),
+    ({"shape": (4,), "typestr": "bogus"}, cd.ArgumentValueError, r"typestr 'bogus' is not a numpy type string"),
+    ({"shape": (4,), "typestr": "|V0"}, cd.ArgumentValueError, r"typestr '\|V0' has zero-size elements"),
+    ({"shape": (4,), "strides": (4.0,), "typestr": "<f4"}, cd.ArgumentTypeError, r"'strides' must be a tuple of ints"),
+    ({"shape": (4,), "strides": (-4096,), "typestr": "<f4"}, cd.ArgumentValueError,
+     r"the elements reach bytes \[-0x2000, 0x1004\), outside the 64-bit address space"),
+])
+def test_span_refuses_a_malformed_array_interface_naming_the_object(cai, error, text):
+    with pytest.raises(error, match=r"Queue.launch, argument #1: _Cai's __cuda_array_interface__.*" + text):
+        ranges.span(_Cai(data=(4096, False), version=3, **cai), "Queue.launch, argument #1")
+
+
+def test_span_refuses_a_data_pointer_that_is_not_an_int():
+    for data in [None, (), ("0x1000", False), (True, False), (1.0, False)]:
+        with pytest.raises(cd.ArgumentTypeError, match="has no valid data pointer"):
+            ranges.span(_Cai(data=data, shape=(4,), typestr="<f4"), "x")
+
+
+def test_a_launch_with_a_malformed_array_interface_is_refused_before_anything_is_issued(fake):
+    q = cd.Queue(streams=2)
+    bad = _Cai(data=(0x10000, False), shape=(4, 4), strides=(16,), typestr="<f4", version=3)
+    with pytest.raises(cd.ArgumentValueError, match=r"Queue.launch of kernel 'A', argument #0: _Cai's "
+                                                    r"__cuda_array_interface__: strides \(16,\) gives 1 stride"):
+        q.launch(A, 1, 32, bad, buffers(1)[0])
+    assert SIM.log == [] and q.submissions == 0
+    q.launch(A, 1, 32, np.zeros(4), buffers(1)[0])        # no array interface at all: the launch judges it
+    assert q.submissions == 1
