@@ -436,7 +436,9 @@ def show_config(file: IO[str] | None = None) -> str:
     (library, version, include directories), the compile cache (directory,
     files, size), nvJitLink / cuDNN / NVTX, and every pycudadrv environment
     variable that is set (plus ``CUDA_HOME``, ``CUDA_PATH``,
-    ``CUDA_VISIBLE_DEVICES``, ``XDG_CACHE_HOME``).
+    ``CUDA_VISIBLE_DEVICES``, ``XDG_CACHE_HOME``, ``NVIDIA_TF32_OVERRIDE``),
+    each value pycudadrv does not use as given marked ``INVALID`` with what
+    happens instead.
 
     Parameters
     ----------
