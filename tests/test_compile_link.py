@@ -9,13 +9,20 @@ import pytest
 import pycudadrv as cd
 from pycudadrv import link
 
-try:
-    link._load("nvjitlink")
-    HAVE_NVJITLINK = True
-except cd.LinkerUnavailableError:
-    HAVE_NVJITLINK = False
 
-needs_nvjitlink = pytest.mark.skipif(not HAVE_NVJITLINK, reason="nvJitLink not installed (pip install nvidia-nvjitlink)")
+def _available(what):
+    try:
+        link._load(what)
+        return True
+    except cd.LinkerUnavailableError:
+        return False
+
+
+# nvJitLink links what an NVRTC at most as new as itself made (NVJITLINK_ERROR_OUTDATED_LIBRARY otherwise).
+needs_nvjitlink = pytest.mark.skipif(not (_available("nvjitlink") and link.nvjitlink_version() >= cd.nvrtc_version()),
+                                     reason="needs nvJitLink (pip install nvidia-nvjitlink) at least as new as NVRTC")
+needs_nvfatbin = pytest.mark.skipif(not _available("nvfatbin"), reason="nvFatbin not installed "
+                                    "(pip install nvidia-nvfatbin)")
 
 KERNEL = 'extern "C" __global__ void scale(float* y, float a) { y[threadIdx.x] *= a; }'
 RDC = ["-rdc=true"]
@@ -39,9 +46,11 @@ def test_the_elf_header_tells_relocatable_from_whole_program_cubins_and_their_sm
 
 def test_both_e_flags_layouts_give_the_sm():
     elf = bytearray(cd.compile(KERNEL, arch="sm_86", options=RDC).image)
-    assert elf[8] >= 8 and link.cubin_elf_info(bytes(elf)) == (link.ET_REL, 86)   # ABI 8: SM in bits 8..15
-    elf[8] = 7                                                                  # the layout before CUDA 13
-    struct.pack_into("<I", elf, 48, 0x00560556)                                   # EF_CUDA_SM in the low byte
+    elf[8] = 8                                                    # ELF ABI 8 (CUDA 13): SM in bits 8..15
+    struct.pack_into("<I", elf, 48, 0x06005604)
+    assert link.cubin_elf_info(bytes(elf)) == (link.ET_REL, 86)
+    elf[8] = 7                                                    # the layout before: EF_CUDA_SM, the low byte
+    struct.pack_into("<I", elf, 48, 0x00560556)
     assert link.cubin_elf_info(bytes(elf)) == (link.ET_REL, 86)
 
 
@@ -83,6 +92,7 @@ def test_an_architecture_specific_cubin_links_only_for_its_own_arch(monkeypatch)
         linker.link()
 
 
+@needs_nvfatbin
 def test_a_fatbin_of_non_relocatable_cubins_is_refused_for_an_arch_it_has_a_cubin_for():
     fat = cd.compile(KERNEL, arch=["sm_80", "sm_90"])
     for arch, sm in (("sm_90", 90), ("sm_86", 80)):
@@ -92,6 +102,7 @@ def test_a_fatbin_of_non_relocatable_cubins_is_refused_for_an_arch_it_has_a_cubi
 
 
 @needs_nvjitlink
+@needs_nvfatbin
 def test_a_fatbin_of_relocatable_cubins_links_with_its_kernel():
     fat = cd.compile(KERNEL, arch=["sm_80", "sm_90"], options=RDC)
     for arch in ("sm_90", "sm_86", "sm_100"):       # sm_100 from the fatbin's PTX
@@ -106,7 +117,7 @@ def test_a_link_after_nvjitlink_refused_an_input_does_not_hang():
     good = cd.compile(KERNEL, arch="sm_90", options=RDC)
     linker = cd.Linker(arch="sm_90").add(bad, kind="cubin")
     linker._check_inputs = lambda arch: None       # let nvJitLink itself see the mismatch
-    with pytest.raises(cd.LinkError, match="NVJITLINK_ERROR_INVALID_INPUT"):
+    with pytest.raises(cd.LinkError, match="NVJITLINK_ERROR_"):   # INVALID_INPUT from nvJitLink 13.5
         linker.link()
     result = {}
     t = threading.Thread(target=lambda: result.update(out=cd.Linker(good, arch="sm_90").link()), daemon=True)
