@@ -29,6 +29,26 @@ except ImportError as _e:  # pragma: no cover - a source tree that was never bui
         "place with `python -m pip install -e .` (or run from outside the checkout to use an installed "
         f"pycudadrv). Original error: {_e}") from _e
 
+
+def _check_extensions_are_ours() -> None:
+    # An unbuilt clone imported while another pycudadrv is installed in editable mode: the import system
+    # takes this tree's .py files and the other tree's compiled extensions (pip's editable finder serves
+    # what the first one lacks), a mix that fails in odd places or silently runs other code.
+    import os
+
+    here = os.path.realpath(os.path.dirname(os.path.abspath(__file__)))
+    found = os.path.realpath(os.path.dirname(os.path.abspath(_driver.__file__)))
+    if found != here:
+        raise ImportError(
+            f"pycudadrv's compiled extensions were found in {found}, not beside this package's Python files in "
+            f"{here}: this source tree was never built, and another pycudadrv (an editable install) lent its "
+            "extensions. Build this tree in place with `python -m pip install -e .` (or `python setup.py "
+            "build_ext --inplace`), or run from outside it to use the other installation.")
+
+
+_check_extensions_are_ours()
+del _check_extensions_are_ours
+
 from pycudadrv import _errors, _device, _stream, _host, _memory, _interop, _marshal, _kernel, _launch, _module, _graph
 from pycudadrv import _sequence, _loops, _env
 from pycudadrv import nvrtc, link, triton, timestamps, dispatch, bench, profile, queue, aio, nvtx  # noqa: F401

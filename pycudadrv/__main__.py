@@ -5,7 +5,8 @@ diffusion (5-point stencil) on a 2048x2048 float32 grid for 1,000 steps from
 CUDA C++ compiled with ``pycudadrv.compile()``, checks the result against a
 NumPy float64 reference (relative error must be under 1e-5) and prints the
 steps per second. Exits 1 with one line saying why when CUDA is unavailable,
-2 when the check fails.
+2 when the check fails, and 2 with a usage line (argparse) for an argument out
+of range (``--size`` 3..46340, ``--steps`` >= 1), checked before the GPU is.
 
 ``python -m pycudadrv --info`` prints :func:`pycudadrv.show_config` instead
 (version, driver, devices, NVRTC, cache, optional libraries, environment) and
@@ -14,11 +15,32 @@ exits 0, with or without a GPU.
 import argparse
 import sys
 
+from pycudadrv.heat import MAX_SIZE, MIN_SIZE
+
+
+def _int_in(low, high=None):
+    """An argparse type: an int in [low, high] (no upper bound when high is None)."""
+    allowed = f"from {low} to {high}" if high is not None else f"{low} or more"
+
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (allowed: {allowed})") from None
+        if v < low or (high is not None and v > high):
+            raise argparse.ArgumentTypeError(f"{v} is out of range (allowed: {allowed})")
+        return v
+
+    parse.__name__ = "int"
+    return parse
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m pycudadrv", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", type=int, default=2048, help="grid edge in cells (default 2048)")
-    ap.add_argument("--steps", type=int, default=1000, help="time steps (default 1000)")
+    ap.add_argument("--size", type=_int_in(MIN_SIZE, MAX_SIZE), default=2048,
+                    help=f"grid edge in cells, {MIN_SIZE} to {MAX_SIZE} (the kernel indexes with an int; "
+                         "default 2048)")
+    ap.add_argument("--steps", type=_int_in(1), default=1000, help="time steps, 1 or more (default 1000)")
     ap.add_argument("--info", action="store_true",
                     help="print the configuration report (pycudadrv.show_config()) and exit")
     args = ap.parse_args(argv)

@@ -14,8 +14,12 @@ checksum does not match is ignored (the caller compiles again).
 The directory has a size limit (``PYCUDADRV_CACHE_MAX_BYTES``, default 1 GiB):
 after each write the least recently used entries (by access time, which a hit
 sets explicitly, so ``noatime`` mounts do not matter) are removed until the
-total fits. A directory that cannot be created or written warns once
-(``RuntimeWarning``) and the call goes on without the cache.
+total fits. An entry larger than the limit is not written, and the others are
+still cut down to the limit (so 0 keeps nothing). A directory that cannot be
+created or written warns once (``RuntimeWarning``) and the call goes on
+without the cache; an entry's path that is taken by something other than a
+regular file (a directory) warns once, naming that entry, and only that
+result goes uncached.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ from typing import Any, TypeVar
 
 from pycudadrv._env import env_flag, env_int
 
-__all__ = ["cache_dir", "clear_cache", "cache_size", "cache_max_bytes", "key", "read", "write", "store", "fetch",
+__all__ = ["cache_dir", "default_cache_dir", "cache_dir_problem", "clear_cache", "cache_size", "cache_max_bytes", "key", "read", "write", "store", "fetch",
            "library_identity", "loaded_path", "DEFAULT_MAX_BYTES"]
 
 MAGIC = b"PYCUDADRV-CACHE1"
@@ -48,22 +52,51 @@ _warned: set[tuple[str, str]] = set()
 T = TypeVar("T")
 
 
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/pycudadrv`` (an absolute ``XDG_CACHE_HOME`` only, as
+    the XDG specification says), else ``~/.cache/pycudadrv``."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "pycudadrv")
+
+
+def cache_dir_problem(raw: str) -> str | None:
+    """Why ``PYCUDADRV_CACHE_DIR=raw`` cannot name a directory (only blanks;
+    a ``~user`` that is no user), or None when it can."""
+    if not raw.strip():
+        return "only blanks"
+    expanded = os.path.expanduser(raw)
+    if expanded.startswith("~"):
+        return f"{raw.split(os.sep, 1)[0]!r} is not a user's home directory"
+    return None
+
+
 def cache_dir() -> str | None:
-    """Directory of the compile cache: ``$PYCUDADRV_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/pycudadrv``, else ``~/.cache/pycudadrv``; None when
-    ``PYCUDADRV_CACHE=0`` disables it."""
+    """Directory of the compile cache: ``$PYCUDADRV_CACHE_DIR`` (a leading
+    ``~`` or ``~user`` expanded), else :func:`default_cache_dir`; None when
+    ``PYCUDADRV_CACHE=0`` disables it. A ``PYCUDADRV_CACHE_DIR`` of only
+    blanks, or whose ``~user`` is no user, warns once (``RuntimeWarning``) and
+    the default is used: never a directory named ``"   "`` or ``./~user``."""
     if not env_flag("PYCUDADRV_CACHE", True):
         return None
-    d = os.environ.get("PYCUDADRV_CACHE_DIR")
-    if not d:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        d = os.path.join(base, "pycudadrv")
-    return os.path.expanduser(d)
+    raw = os.environ.get("PYCUDADRV_CACHE_DIR")
+    if not raw:
+        return default_cache_dir()
+    why = cache_dir_problem(raw)
+    if why is not None:
+        default = default_cache_dir()
+        if ("PYCUDADRV_CACHE_DIR", raw) not in _warned:
+            _warned.add(("PYCUDADRV_CACHE_DIR", raw))
+            warnings.warn(f"PYCUDADRV_CACHE_DIR={raw!r} is not a directory name ({why}); using the default "
+                          f"{default!r}", RuntimeWarning, stacklevel=3)
+        return default
+    return os.path.expanduser(raw)
 
 
 def cache_max_bytes() -> int:
     """Size limit of the cache directory in bytes: ``$PYCUDADRV_CACHE_MAX_BYTES``
-    (an integer >= 0; 0 keeps nothing), else 1 GiB."""
+    (an integer >= 0; 0 keeps nothing, and a limit below one entry's size
+    keeps none of that size), else 1 GiB. Another value warns once and gives 1 GiB."""
     v = env_int("PYCUDADRV_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES, minimum=0)
     return DEFAULT_MAX_BYTES if v is None else v
 
@@ -93,10 +126,12 @@ def cache_size() -> tuple[int, int]:
     if d and os.path.isdir(d):
         for f in _entries(d):
             try:
-                total += os.stat(f).st_size
-                n += 1
+                st = os.stat(f)
             except OSError:
-                pass
+                continue
+            if stat.S_ISREG(st.st_mode):   # a directory of an entry's name is no entry
+                total += st.st_size
+                n += 1
     return n, total
 
 
@@ -146,6 +181,15 @@ def _warn_once(d: str, what: str, err: OSError) -> None:
                   stacklevel=4)
 
 
+def _warn_entry(path: str, err: OSError) -> None:
+    if (path, "entry") in _warned:
+        return
+    _warned.add((path, "entry"))
+    warnings.warn(f"pycudadrv: the compile cache entry {path!r} is not a regular file, so this result is not "
+                  f"cached ({err.strerror or err}); the rest of the cache works. Remove it to cache the result "
+                  "again.", RuntimeWarning, stacklevel=4)
+
+
 def _touch(path: str, st: os.stat_result) -> None:
     try:  # the access time is what eviction reads: set it, whatever the mount's atime policy
         os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
@@ -155,7 +199,8 @@ def _touch(path: str, st: os.stat_result) -> None:
 
 def read(k: str) -> tuple[dict[str, Any], bytes] | None:
     """``(header, image)`` of entry ``k``, or None when it is absent, not a
-    regular file, too large, corrupt or truncated. A hit marks the entry as used."""
+    regular file, too large, corrupt or truncated. A hit marks the entry as
+    used; an entry over :func:`cache_max_bytes` is removed instead of read."""
     d = cache_dir()
     if not d:
         return None
@@ -164,6 +209,9 @@ def read(k: str) -> tuple[dict[str, Any], bytes] | None:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode) or st.st_size > _READ_LIMIT:
             return None  # a FIFO, a device, a directory, or absurdly large: never read it
+        if st.st_size > cache_max_bytes():   # the limit went down since it was written: it goes now
+            os.remove(path)
+            return None
         with open(path, "rb") as f:
             data = f.read(_READ_LIMIT + 1)
     except OSError:
@@ -195,8 +243,10 @@ def write(k: str, meta: dict[str, Any], image: bytes) -> None:
     body_meta = json.dumps(dict(meta, image_bytes=len(image))).encode()
     body = struct.pack("<I", len(body_meta)) + body_meta + image
     blob = MAGIC + hashlib.sha256(body).digest() + body
-    if len(blob) > limit:
-        return  # would be evicted at once
+    if len(blob) > limit:   # it would be evicted at once: not written, and the others still fit the limit
+        if os.path.isdir(d):
+            _evict(d, limit, keep=None)
+        return
     try:
         os.makedirs(d, exist_ok=True)
     except OSError as e:
@@ -207,7 +257,14 @@ def write(k: str, meta: dict[str, Any], image: bytes) -> None:
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=SUFFIX)
         with os.fdopen(fd, "wb") as f:
             f.write(blob)
-        os.replace(tmp, os.path.join(d, k + SUFFIX))  # atomic: readers see the old file or the whole new one
+        path = os.path.join(d, k + SUFFIX)
+        try:
+            os.replace(tmp, path)  # atomic: readers see the old file or the whole new one
+        except OSError as e:
+            if os.path.lexists(path) and not os.path.isfile(path):
+                _warn_entry(path, e)   # this one entry is blocked (a directory of that name), not the cache
+                return
+            raise
         tmp = None
     except OSError as e:
         _warn_once(d, "write to it", e)
@@ -253,8 +310,9 @@ def fetch(k: str, cls: type[T]) -> T | None:
         return None
 
 
-def _evict(d: str, limit: int, keep: str) -> None:
-    """Remove the least recently used entries until the directory holds at most ``limit`` bytes."""
+def _evict(d: str, limit: int, keep: str | None) -> None:
+    """Remove the least recently used entries until the directory holds at most
+    ``limit`` bytes; ``keep`` (the entry just written) goes last."""
     files = []
     total = 0
     now = time.time()

@@ -30,6 +30,22 @@ OTHER_VARIABLES = {
     "CUDA_PATH": "CUDA toolkit root, as CUDA_HOME",
     "CUDA_VISIBLE_DEVICES": "which GPUs the driver shows",
     "XDG_CACHE_HOME": "base of the default compile-cache directory",
+    "NVIDIA_TF32_OVERRIDE": "0 (set before the process starts): NVIDIA's libraries, cuDNN's float32 plans among "
+                            "them, never compute float32 in TF32 (see docs/cudnn.md)",
+}
+
+#: How pycudadrv reads each of its variables, so that the report can flag a value that is not used as
+#: given: "switch" (1/0, true/false, yes/no, on/off; another value warns and the default applies),
+#: "strict switch" (the same spellings; another value raises), ("int", minimum), "devices", "cache dir",
+#: "library" (a name for the loader or a path) and "path" (any text).
+VARIABLE_KINDS: dict[str, Any] = {
+    "PYCUDADRV_LIBCUDA": "library", "PYCUDADRV_NVRTC": "library", "PYCUDADRV_NVJITLINK": "library",
+    "PYCUDADRV_NVFATBIN": "library", "PYCUDADRV_CACHE": "switch", "PYCUDADRV_CACHE_DIR": "cache dir",
+    "PYCUDADRV_CACHE_MAX_BYTES": ("int", 0), "PYCUDADRV_PROFILE": "switch", "PYCUDADRV_TRACE": "switch",
+    "PYCUDADRV_NVTX": "switch", "PYCUDADRV_PERSISTENT_BLOCKS": ("int", 1), "PYCUDADRV_INDIRECT_SYNC": "switch",
+    "PYCUDADRV_INDIRECT_TRACE": "switch", "PYCUDADRV_GRAPH_DOT": "path", "PYCUDADRV_ALLOC_TRACE": "switch",
+    "PYCUDADRV_DEVICES": "devices", "PYCUDADRV_DEBUG": "switch", "PYCUDADRV_CUDNN": "switch",
+    "PYCUDADRV_MPI_CUDA_AWARE": "strict switch",
 }
 
 #: Optional libraries reported under "optional libraries": (title, pycudadrv module, probes, library
@@ -48,6 +64,14 @@ OPTIONAL_MODULES: list[tuple[str, str, dict[str, str], str]] = [
 def _why(err: BaseException) -> str:
     text = str(err).strip().splitlines()
     return f"{type(err).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _same_message(err: BaseException, reason: Any) -> bool:
+    """Whether ``err`` only repeats ``reason`` (an unavailable_reason() text), first lines compared."""
+    if not isinstance(reason, str) or not reason.strip():
+        return False
+    first = (str(err).strip().splitlines() or [""])[0].strip()
+    return first == reason.strip().splitlines()[0].strip()
 
 
 def _version_text(v: Any) -> str:
@@ -185,6 +209,8 @@ def _cache() -> dict[str, Any]:
     if d is None:
         return {"enabled": False, "directory": None}
     info: dict[str, Any] = {"enabled": True, "directory": d, "exists": os.path.isdir(d)}
+    if not info["exists"] and os.path.lexists(d):
+        info["not_a_directory"] = "a file" if os.path.isfile(d) else "not a directory"
     try:
         from pycudadrv import _compile_cache
 
@@ -220,7 +246,8 @@ def _optional() -> list[dict[str, Any]]:
                 value = fn()
             except Exception as e:  # noqa: BLE001
                 entry[key] = None
-                entry.setdefault("error", _why(e))
+                if not _same_message(e, entry.get("unavailable_reason")):   # said once is enough
+                    entry.setdefault("error", _why(e))
             else:
                 entry[key] = _version_text(value) if key == "version" else value
         if "library_path" not in probes and "error" not in entry:
@@ -242,6 +269,50 @@ def _has_module(name: str) -> bool:
         return False
 
 
+def value_problem(name: str, raw: str) -> str | None:
+    """Why pycudadrv does not use ``name=raw`` as given (what happens
+    instead), or None when the value is one it takes. Reads the value the way
+    the code that uses it does (:data:`VARIABLE_KINDS`), without acting on it."""
+    from pycudadrv._env import _FALSE, _TRUE
+
+    kind = VARIABLE_KINDS.get(name)
+    v = raw.strip()
+    if kind in ("switch", "strict switch"):
+        if not v or v.lower() in _TRUE | _FALSE:
+            return None
+        then = ("pycudadrv.mpi.detect_cuda_aware() raises ArgumentValueError" if kind == "strict switch"
+                else "it warns once and the default applies")
+        return f"not a switch (1/0, true/false, yes/no, on/off): {then}"
+    if isinstance(kind, tuple):
+        if not v:
+            return None
+        try:
+            n = int(v, 0)
+        except ValueError:
+            return f"not an integer: it warns once and the default applies"
+        return None if n >= kind[1] else f"below the minimum {kind[1]}: it warns once and the default applies"
+    if kind == "devices":
+        parts = [p.strip() for p in raw.split(",") if p.strip()]
+        if not parts:
+            return "an empty selection: the first call that lists devices raises ArgumentValueError"
+        for p in parts:
+            try:
+                n = int(p)
+            except ValueError:
+                return f"{p!r} is not a device ordinal: the first call that lists devices raises ArgumentValueError"
+            if n < 0:
+                return f"{p!r} is not a device ordinal (they count from 0)"
+        return None
+    if kind == "cache dir":
+        from pycudadrv._compile_cache import cache_dir_problem, default_cache_dir
+
+        why = cache_dir_problem(raw) if raw else None
+        return None if why is None else f"{why}: the default {default_cache_dir()} is used"
+    if kind == "library" and os.sep in raw and not os.path.exists(raw):
+        return "no such file: loading it fails (there is no fallback while it is set)"
+    return None
+
+
 def _environment() -> dict[str, dict[str, str]]:
     from pycudadrv._env import ENVIRONMENT_VARIABLES
 
@@ -250,6 +321,9 @@ def _environment() -> dict[str, dict[str, str]]:
         for name, what in table.items():
             if name in os.environ:
                 out[name] = {"value": os.environ[name], "meaning": what}
+                why = value_problem(name, os.environ[name])
+                if why is not None:
+                    out[name]["invalid"] = why
     return out
 
 
@@ -313,6 +387,9 @@ def _format(info: dict[str, Any]) -> str:
         lines.append(f"compile cache: unusable ({cache['error']})")
     elif not cache["enabled"]:
         lines.append("compile cache: disabled (PYCUDADRV_CACHE)")
+    elif cache.get("not_a_directory"):
+        lines.append(f"compile cache: {cache['directory']} is {cache['not_a_directory']}, not a directory: "
+                     "compile() warns once and goes on without the disk cache")
     elif not cache["exists"]:
         lines.append(f"compile cache: {cache['directory']} (not created yet)")
     else:
@@ -345,7 +422,8 @@ def _format(info: dict[str, Any]) -> str:
     env = info["environment"]
     lines.append("environment variables in effect:" + ("" if env else " none"))
     for name, e in env.items():
-        lines.append(f"  {name}={e['value']!r}: {e['meaning']}")
+        lines.append(f"  {name}={e['value']!r}: {e['meaning']}"
+                     + (f"\n    INVALID: {e['invalid']}" if "invalid" in e else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -358,7 +436,9 @@ def show_config(file: IO[str] | None = None) -> str:
     (library, version, include directories), the compile cache (directory,
     files, size), nvJitLink / cuDNN / NVTX, and every pycudadrv environment
     variable that is set (plus ``CUDA_HOME``, ``CUDA_PATH``,
-    ``CUDA_VISIBLE_DEVICES``, ``XDG_CACHE_HOME``).
+    ``CUDA_VISIBLE_DEVICES``, ``XDG_CACHE_HOME``, ``NVIDIA_TF32_OVERRIDE``),
+    each value pycudadrv does not use as given marked ``INVALID`` with what
+    happens instead.
 
     Parameters
     ----------

@@ -28,6 +28,9 @@ extern "C" __global__ void heat_step(float* __restrict__ out, const float* __res
 
 ALPHA = 0.2
 BLOCK = (32, 8)
+#: Grid edges ``python -m pycudadrv --size`` takes: at least one interior cell (3), at most what the
+#: kernel's int index ``y * nx + x`` holds (n * n < 2**31).
+MIN_SIZE, MAX_SIZE = 3, 46340
 
 
 def initial_grid(n: int, hot: float = 100.0, background: float = 1.0) -> np.ndarray:

@@ -19,13 +19,14 @@ import glob
 import json
 import os
 import struct
+import queue
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, Union
 
 from pycudadrv import _compile_cache
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LinkError, LinkerUnavailableError
-from pycudadrv.nvrtc import ObjectCode, _nvrtc_error, _parse_arch, _strings, run_interruptible
+from pycudadrv.nvrtc import ObjectCode, _bool, _nvrtc_error, _parse_arch, _strings
 
 __all__ = ["Linker", "build_fatbin", "fatbin_entries", "nvjitlink_version", "nvfatbin_version",
            "device_runtime_library", "LinkError", "LinkerUnavailableError"]
@@ -52,6 +53,8 @@ _DEVRT_SYMBOLS = ("__cudaCDP", "cudaGetParameterBuffer", "cudaLaunchDevice", "cu
 
 _libs: dict[str, tuple[ctypes.CDLL, str]] = {}
 _lock = threading.Lock()
+_linker_thread: threading.Thread | None = None
+_linker_jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = queue.SimpleQueue()
 
 
 def _link_error(message: str, log: str = "", code: int | None = None) -> LinkError:
@@ -100,7 +103,7 @@ def _load(what: str) -> tuple[ctypes.CDLL, str]:
                 lib = ctypes.CDLL(cand)
                 getattr(lib, probe)
             except (OSError, AttributeError) as e:
-                errors.append(f"{cand}: {e}")
+                errors.append(str(e) if cand in str(e) else f"{cand}: {e}")   # dlerror() names the file itself
                 continue
             _declare(lib, what)
             _libs[what] = (lib, cand)
@@ -167,6 +170,51 @@ def _identity(what: str) -> list[Any]:
     return [*_version(what), *_compile_cache.library_identity(path)]
 
 
+# --- the one thread that calls nvJitLink ------------------------------------------------------------
+
+def _linker_thread_main() -> None:
+    while True:
+        job, box, done = _linker_jobs.get()
+        try:
+            box.append((True, job()))
+        except BaseException as e:  # handed to the waiting thread
+            box.append((False, e))
+        finally:
+            done.set()
+
+
+def run_on_linker_thread(job: Callable[[], Any]) -> Any:
+    """Run ``job`` on pycudadrv's one nvJitLink thread (started on first use,
+    a daemon) and return its result or raise its exception. Every nvJitLink
+    call of a link goes through this one thread: nvJitLink 13.5 keeps a lock
+    held by the thread whose ``nvJitLinkAddData`` failed with
+    ``NVJITLINK_ERROR_INVALID_INPUT``, so a link on any other thread after
+    that waits forever, while the same thread goes on. The wait lets Ctrl-C
+    through at once (KeyboardInterrupt); the link then finishes in the
+    background and its result is dropped."""
+    global _linker_thread
+    with _lock:
+        if _linker_thread is None or not _linker_thread.is_alive():   # first use, or a forked child
+            _linker_jobs_reset()
+            _linker_thread = threading.Thread(target=_linker_thread_main, name="pycudadrv-nvjitlink", daemon=True)
+            _linker_thread.start()
+    box: list[Any] = []
+    done = threading.Event()
+    _linker_jobs.put((job, box, done))
+    while not done.wait(0.05):
+        pass
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
+def _linker_jobs_reset() -> None:
+    # A forked child inherits the parent's queue, possibly with jobs the parent's thread never took.
+    global _linker_jobs
+    _linker_jobs = queue.SimpleQueue()
+
+
 # --- nvFatbin -----------------------------------------------------------------------------------
 
 def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str = "kernel.cu",
@@ -201,7 +249,7 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
     try:
         ident = identifier.encode()
         for kind, data, arch in entries:
-            num = _parse_arch(arch).split("_", 1)[1].encode()
+            num = _parse_arch(arch, "an entry's arch", "build_fatbin").split("_", 1)[1].encode()
             data = bytes(data)
             if kind == "cubin":
                 check(lib.nvFatbinAddCubin(handle, data, len(data), num, ident), f"nvFatbinAddCubin (sm_{num.decode()})")
@@ -296,6 +344,57 @@ def device_runtime_library() -> str:
                                  "CUDA_HOME to a CUDA toolkit.")
 
 
+# --- what a CUBIN's ELF header says ---------------------------------------------------------------
+
+#: ELF e_machine of CUDA (EM_CUDA) and the e_type values of a CUBIN: ET_REL (relocatable, ``-rdc=true``,
+#: what a link needs) and ET_EXEC (whole-program code: its kernels are not symbols nvJitLink links).
+EM_CUDA, ET_REL, ET_EXEC = 190, 1, 2
+
+
+def cubin_elf_info(data: bytes) -> tuple[int, int] | None:
+    """``(e_type, sm)`` of a CUDA ELF (CUBIN) image, e.g. ``(ET_REL, 90)``;
+    None for bytes that are not a 64-bit little-endian CUDA ELF. ``sm`` is the
+    real architecture number from ``e_flags``: bits 8..15 from ABI version 8
+    (CUDA 13's layout, ``EF_CUDA_SM_MASK``), the low byte before it
+    (``EF_CUDA_SM``), as LLVM's ``ELF.h`` reads them (0 when unreadable). The
+    ``a``/``f`` variant is not recorded there, so it is not reported."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    e_type, e_machine = struct.unpack_from("<HH", data, 16)
+    if e_machine != EM_CUDA:
+        return None
+    (flags,) = struct.unpack_from("<I", data, 48)
+    sm = (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
+    return e_type, sm
+
+
+def _fatbin_cubins(data: bytes) -> list[tuple[int, int]]:
+    """``(sm, e_type)`` of each uncompressed CUBIN entry of a fatbin (compressed ones cannot be read here)."""
+    try:
+        entries = fatbin_entries(data)
+    except ArgumentValueError:
+        return []
+    out = []
+    _magic, _ver, off = struct.unpack_from("<IHH", data, 0)
+    for kind, _arch in entries:
+        _k, _v, ehsize, psize = struct.unpack_from("<HHIQ", data, off)
+        if kind == "cubin":
+            info = cubin_elf_info(data[off + ehsize:off + ehsize + min(psize, 64)])
+            if info is not None:
+                out.append((info[1], info[0]))
+        off += ehsize + psize
+    return out
+
+
+def _sass_runs_on(sm: int, target: int) -> bool:
+    """Whether SASS for ``sm`` may be linked for ``target``: the same major version, no newer minor."""
+    return sm // 10 == target // 10 and sm <= target
+
+
+_RDC_HINT = ("compile it with options=['-rdc=true'] (relocatable device code: an ET_REL CUBIN), or with "
+             "target='ltoir' for link-time optimisation; a CUBIN that needs no linking loads as it is (.load())")
+
+
 def _kind_of(data: bytes) -> str:
     head = data[:8]
     if head[:4] == b"\x7fELF":
@@ -341,6 +440,11 @@ class Linker:
         ``compile()``: the key is a SHA-256 of every input's bytes and kind,
         the options, the architecture and the nvJitLink library.
 
+    Raises ArgumentValueError for a malformed ``arch`` or a ``-arch`` option,
+    ArgumentTypeError when ``device_runtime`` or ``use_cache`` is not a bool
+    (a truthy ``"no"`` is a mistake, not a yes). Every nvJitLink call runs on
+    one long-lived thread (:func:`run_on_linker_thread`).
+
     The result of :meth:`link` is an :class:`~pycudadrv.nvrtc.ObjectCode`
     (target ``"cubin"``) that loads through the module cache; it carries the
     PTX and the source declarations of the ObjectCode inputs, so launches know
@@ -349,15 +453,15 @@ class Linker:
 
     def __init__(self, *objects: _Input, arch: str | None = None, options: str | Sequence[str] = (),
                  device_runtime: bool = False, use_cache: bool = True) -> None:
-        self.arch = None if arch is None else _parse_arch(arch)
+        self.arch = None if arch is None else _parse_arch(arch, "arch", "Linker")
         if self.arch is not None and not self.arch.startswith("sm_"):
             raise ArgumentValueError(f"Linker: arch must be a real architecture ('sm_90'), got {arch!r}")
         self.options = _strings(options, "options", split=True, who="Linker")
         for o in self.options:
             if o.startswith(("-arch", "--gpu-architecture")):
                 raise ArgumentValueError(f"Linker: give the architecture as arch=..., not in options ({o!r})")
-        self.device_runtime = bool(device_runtime)
-        self.use_cache = bool(use_cache)
+        self.device_runtime = _bool(device_runtime, "device_runtime", "Linker")
+        self.use_cache = _bool(use_cache, "use_cache", "Linker")
         self._inputs: list[tuple[str, bytes, str, ObjectCode | None]] = []
         for obj in objects:
             self.add(obj)
@@ -366,8 +470,10 @@ class Linker:
         """Add one input: an ObjectCode (its target says the kind), bytes
         (``kind`` given or told from the first bytes: ELF, fatbin, LTO-IR,
         ``!<arch>`` archive, PTX text) or a path to a file (str). Returns the
-        Linker, so calls chain. Raises ArgumentValueError for an unknown kind
-        or bytes that cannot be told apart, ArgumentTypeError for another type."""
+        Linker, so calls chain. Raises ArgumentValueError for an unknown kind,
+        bytes that cannot be told apart, or a CUBIN that is not relocatable
+        (ELF type ET_EXEC: compiled without ``-rdc=true``, so nvJitLink would
+        drop its kernels); ArgumentTypeError for another type."""
         src_obj: ObjectCode | None = None
         if isinstance(obj, ObjectCode):
             if kind is not None and kind != obj.target:
@@ -393,8 +499,38 @@ class Linker:
             raise ArgumentValueError(f"Linker.add: kind must be one of {sorted(_NVJITLINK_INPUT)}, got {k!r}")
         if k == "ptx" and not data.endswith(b"\0"):
             data += b"\0"
-        self._inputs.append((k, data, name or f"input{len(self._inputs)}.{k}", src_obj))
+        label = name or f"input{len(self._inputs)}.{k}"
+        if k == "cubin":
+            info = cubin_elf_info(data)
+            if info is not None and info[0] == ET_EXEC:
+                raise ArgumentValueError(
+                    f"Linker.add: {label} is a non-relocatable CUBIN (ELF type ET_EXEC, sm_{info[1]}): nvJitLink "
+                    f"would link it and silently drop its kernels; {_RDC_HINT}")
+        self._inputs.append((k, data, label, src_obj))
         return self
+
+    def _check_inputs(self, arch: str) -> None:
+        """Refuse, before nvJitLink sees them, inputs that cannot give a module with their kernels for ``arch``."""
+        target = int(arch.split("_", 1)[1].rstrip("af"))
+        for k, d, n, o in self._inputs:
+            if k == "cubin":
+                info = cubin_elf_info(d)
+                if info is not None and info[1] and not _sass_runs_on(info[1], target):
+                    raise ArgumentValueError(
+                        f"Linker.link: {n} is a CUBIN for sm_{info[1]}, which cannot be linked for {arch} (machine "
+                        f"code links only into the same major architecture, not an older one); compile it for "
+                        f"arch={arch!r}, or as target='ltoir' or 'ptx' to link it for any newer architecture")
+                if o is not None and o.arch.endswith("a") and o.arch != arch:
+                    raise ArgumentValueError(
+                        f"Linker.link: {n} is a CUBIN for {o.arch} (architecture-specific features), which links "
+                        f"only for arch={o.arch!r}, not {arch}")
+            elif k == "fatbin":
+                usable = sorted((sm, t) for sm, t in _fatbin_cubins(d) if _sass_runs_on(sm, target))
+                if usable and usable[-1][1] == ET_EXEC:
+                    raise ArgumentValueError(
+                        f"Linker.link: {n} is a fatbin whose CUBIN for {arch} (sm_{usable[-1][0]}) is not "
+                        f"relocatable (ELF type ET_EXEC): nvJitLink would take it and silently drop its kernels; "
+                        f"{_RDC_HINT}")
 
     def _link_arch(self) -> str:
         if self.arch is not None:
@@ -424,7 +560,12 @@ class Linker:
         LinkerUnavailableError
             nvJitLink (or libcudadevrt.a) is not installed.
         ArgumentValueError
-            No inputs.
+            No inputs; a CUBIN input for another architecture than ``arch``
+            (machine code links only into the same major architecture, at
+            the same or a newer minor: sm_80 into sm_86, never into sm_90 or
+            sm_75; an ``sm_90a`` CUBIN only into sm_90a); a fatbin whose CUBIN
+            for ``arch`` is not relocatable (read from the ELF header of each
+            uncompressed entry).
         KeyboardInterrupt
             Ctrl-C during the link: raised at once; nvJitLink finishes in a
             background thread.
@@ -432,6 +573,7 @@ class Linker:
         if not self._inputs:
             raise ArgumentValueError("Linker.link: no inputs (add ObjectCode or bytes with Linker.add)")
         arch = self._link_arch()
+        self._check_inputs(arch)
         inputs = list(self._inputs)
         if self.device_runtime:
             path = device_runtime_library()
@@ -459,7 +601,7 @@ class Linker:
             hit = _compile_cache.fetch(cache_key, ObjectCode)
             if hit is not None:
                 return hit
-        cubin, info = run_interruptible([lambda _cancel: _nvjitlink(lib, inputs, opts, version)])[0]
+        cubin, info = run_on_linker_thread(lambda: _nvjitlink(lib, inputs, opts, version))
         obj = ObjectCode(image=cubin, target="cubin", arch=arch, ptx=ptx, log=info, options=tuple(opts),
                          lowered_names=lowered, nvrtc_version=nvrtc_ver, source_decls=decls or None,
                          name="+".join(n for _k, _d, n, _o in inputs), linker_version=version)

@@ -15,6 +15,7 @@ import ctypes
 import glob
 import json
 import os
+import re
 import shlex
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -314,6 +315,25 @@ def _cancel_running() -> None:
 
 # --- compile() ----------------------------------------------------------------------------------
 
+def _encodable(s: str, what: str, who: str) -> None:
+    """Refuse a str that UTF-8 cannot encode (a lone surrogate such as '\\ud800'), naming where it is."""
+    try:
+        s.encode()
+    except UnicodeEncodeError as e:
+        line = s.count("\n", 0, e.start) + 1
+        col = e.start - (s.rfind("\n", 0, e.start) + 1) + 1
+        raise ArgumentValueError(f"{who}: {what} holds {s[e.start:e.end]!r} at index {e.start} (line {line}, "
+                                 f"column {col}), a lone surrogate that UTF-8 cannot encode for the library; "
+                                 "remove it (text read with errors='surrogateescape' makes these)") from None
+
+
+def _bool(v: Any, what: str, who: str) -> bool:
+    """``v`` as a bool when it is one (numpy's too); anything else, even a truthy "no", is an ArgumentTypeError."""
+    if isinstance(v, bool) or type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"):
+        return bool(v)
+    raise ArgumentTypeError(f"{who}: {what} must be True or False, got {v!r}")
+
+
 def _strings(v: Any, what: str, split: bool = False, who: str = "compile") -> tuple[str, ...]:
     if isinstance(v, str):
         if not split:
@@ -337,21 +357,49 @@ def _strings(v: Any, what: str, split: bool = False, who: str = "compile") -> tu
     for s in out:
         if not isinstance(s, str) or "\0" in s:
             raise ArgumentTypeError(f"{who}: {what} must be strings without NUL bytes, got {s!r}")
+        _encodable(s, f"{what} entry {s!r}", who)
     return out
+
+
+#: An architecture as compile() takes it: sm_ or compute_, ASCII digits, at most one variant letter
+#: ('a': architecture-specific features, 'f': family-specific features).
+_ARCH = re.compile(r"(sm|compute)_([0-9]+)([af]?)", re.ASCII)
+#: The oldest architecture with each variant (CUDA 12.0: sm_90a; CUDA 12.9: sm_100f); NVRTC refuses the others.
+_VARIANT_FROM = {"a": 90, "f": 100}
 
 
 def _arch_number(a: str) -> int:
     return int(a.split("_", 1)[1].rstrip("af"))
 
 
-def _parse_arch(a: Any, what: str = "arch") -> str:
+def _supported_text(subject: str | None = None) -> str:
+    """'; it supports sm_75, ... (the 'a' variants from sm_90, ...)' (``subject`` instead of "it"), or ''
+    when no NVRTC is installed or it cannot tell."""
+    try:
+        archs = nvrtc_supported_archs()
+        subject = subject or "it"
+        if subject == "NVRTC":
+            subject = f"NVRTC {'.'.join(map(str, nvrtc_version()))}"
+    except Exception:  # noqa: BLE001 -- no NVRTC: the message goes without the list
+        return ""
+    if not archs:
+        return ""
+    return (f"; {subject} supports {', '.join(archs)} (the 'a' variants from sm_{_VARIANT_FROM['a']}, the 'f' variants "
+            f"from sm_{_VARIANT_FROM['f']})")
+
+
+def _parse_arch(a: Any, what: str = "arch", who: str = "compile") -> str:
+    """``a`` (``"sm_90"``, ``"sm_90a"``, ``"compute_90"``, ``90``, ``"90"``) as ``"sm_90"`` style text.
+    Raises ArgumentTypeError for another type, ArgumentValueError for text of another form (non-ASCII
+    digits, two variant letters, ...), with the architectures NVRTC supports when it is installed."""
     if isinstance(a, bool) or not isinstance(a, (str, int)):
-        raise ArgumentTypeError(f"compile: {what} must be a str like 'sm_90' (or a list of them), got {a!r}")
+        raise ArgumentTypeError(f"{who}: {what} must be a str like 'sm_90' (or a list of them), got {a!r}")
     s = str(a).strip()
-    if s.isdigit():
+    if re.fullmatch(r"[0-9]+", s, re.ASCII):
         s = "sm_" + s
-    if not (s.startswith("sm_") or s.startswith("compute_")) or not s.split("_", 1)[1].rstrip("af").isdigit():
-        raise ArgumentValueError(f"arch must look like 'sm_90' (or 'compute_90'), got {a!r}")
+    if _ARCH.fullmatch(s) is None:
+        raise ArgumentValueError(f"{who}: {what} must look like 'sm_90', 'sm_90a', 'sm_100f' or 'compute_90' "
+                                 f"(ASCII digits, at most one variant letter), got {a!r}{_supported_text('NVRTC')}")
     return s
 
 
@@ -367,12 +415,22 @@ def _no_gpu_arch(err: CudaError, who: str = "compile") -> CudaUnavailableError:
 
 
 def _check_supported(archs: Sequence[str]) -> None:
+    """Refuse, before NVRTC, an architecture it does not compile for, or a variant ('a', 'f') that the
+    architecture does not have (sm_75a, sm_90f), listing what it supports."""
     known = nvrtc_supported_archs()
     nums = {_arch_number(k) for k in known}
     for a in archs:
-        if known and _arch_number(a) not in nums:
-            raise ArgumentValueError(f"compile: NVRTC {'.'.join(map(str, nvrtc_version()))} cannot compile for {a}; "
-                                     f"it supports {', '.join(known)}")
+        m = _ARCH.fullmatch(a)
+        assert m is not None  # _parse_arch made it
+        num, variant = int(m.group(2)), m.group(3)
+        if known and num not in nums:
+            raise ArgumentValueError(f"compile: NVRTC {'.'.join(map(str, nvrtc_version()))} cannot compile for "
+                                     f"{a}{_supported_text()}")
+        if variant and num < _VARIANT_FROM[variant]:
+            kind = "architecture-specific" if variant == "a" else "family-specific"
+            raise ArgumentValueError(f"compile: {a} does not exist: the '{variant}' ({kind}) variants start at "
+                                     f"sm_{_VARIANT_FROM[variant]} (use {m.group(1)}_{num} here)"
+                                     f"{_supported_text('NVRTC')}")
 
 
 def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequence[str] = (),
@@ -395,7 +453,10 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         (assembled with nvFatbin); the driver picks the best match at load.
         ``"ltoir"``: LTO-IR (NVRTC ``-dlto``) for :class:`pycudadrv.link.Linker`.
     arch : str or list of str, optional
-        ``"sm_90"`` style (or ``90``); a list gives a fatbin. Defaults to the
+        ``"sm_90"`` style (or ``90``; ``"compute_90"`` for PTX), ASCII
+        digits with at most one variant letter: ``"sm_90a"``
+        (architecture-specific, sm_90 and newer) or ``"sm_100f"``
+        (family-specific, sm_100 and newer); a list gives a fatbin. Defaults to the
         current device's compute capability (needs a GPU; give it explicitly to
         compile on a machine without one).
     options : str or sequence of str
@@ -410,6 +471,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         Directories passed as ``-I`` (before the CUDA headers' directory,
         which is added automatically: see :func:`default_include_dirs`).
     use_cache : bool
+        ``True`` or ``False`` (anything else is an ArgumentTypeError).
         Look the result up in (and store it into) the on-disk compile cache
         (:func:`cache_dir`; ``PYCUDADRV_CACHE=0`` disables it everywhere). The
         key is a SHA-256 of source, name, headers, options, name expressions,
@@ -432,7 +494,11 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         No ``arch`` and no GPU to take it from (the message says to pass ``arch="sm_XX"``).
     ArgumentTypeError, ArgumentValueError
         Malformed source, name, options (a dict, unbalanced quotes, ``-arch``),
-        headers, target or arch, or an arch NVRTC does not support.
+        headers, target or arch (``"sm_90aa"``, non-ASCII digits), an arch
+        NVRTC does not support or a variant it lacks (``"sm_75a"``; the
+        message lists the supported ones), text with a lone surrogate
+        (``"\\ud800"``, which UTF-8 cannot encode; the message gives its
+        index, line and column), or a ``use_cache`` that is not a bool.
     KeyboardInterrupt
         Ctrl-C while NVRTC runs (in worker threads): raised at once; the
         workers are asked to cancel (``nvrtcSetFlowCallback``) and finish in
@@ -441,6 +507,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
     if target is not None and target not in ("cubin", "ptx", "fatbin", "ltoir"):
         raise ArgumentValueError(f"target must be 'cubin', 'ptx', 'fatbin' or 'ltoir', got {target!r}")
     if isinstance(source, str):
+        _encodable(source, "the source", "compile")
         src = source.encode()
     elif isinstance(source, (bytes, bytearray, memoryview)):
         src = bytes(source)
@@ -455,6 +522,8 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         raise ArgumentValueError("compile: source contains a NUL byte (NVRTC would ignore everything after it)")
     if not isinstance(name, str) or not name or "\0" in name:
         raise ArgumentTypeError(f"compile: name must be a non-empty str, got {name!r}")
+    _encodable(name, "name", "compile")
+    use_cache = _bool(use_cache, "use_cache", "compile")
     opts_in = _strings(options, "options", split=True)
     incs = _strings(include_paths, "include_paths")
     exprs = _strings(name_expressions, "name_expressions")
@@ -469,6 +538,8 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         for hk, hv in headers.items():
             if not isinstance(hk, str) or not isinstance(hv, str) or "\0" in hk or "\0" in hv:
                 raise ArgumentTypeError(f"compile: header {hk!r} must map a str name to str source without NUL bytes")
+            _encodable(hk, "a header name", "compile")
+            _encodable(hv, f"header {hk!r}", "compile")
     hdrs = dict(headers or {})
 
     archs, tgt = _resolve_archs(arch, target)

@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 
@@ -16,6 +17,7 @@ SRC = 'extern "C" __global__ void k(float* a, float v) { a[threadIdx.x] = v; }'
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PYCUDADRV_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("PYCUDADRV_CACHE", raising=False)
+    monkeypatch.delenv("PYCUDADRV_CACHE_MAX_BYTES", raising=False)
     return tmp_path / "cache"
 
 
@@ -95,3 +97,80 @@ def test_concurrent_processes_compiling_the_same_kernel_never_see_half_a_file(ca
     assert all(p.returncode == 0 for p in procs)
     assert len(set(outs)) == 1
     assert len(entries(cache)) == 1 and not list(cache.glob(".tmp-*"))
+
+
+def _fill(n):
+    """n distinct entries, compiled under the default limit."""
+    for i in range(n):
+        cd.compile(SRC.replace("= v", f"= v + {i}.0f"), arch="sm_90")
+
+
+def test_a_limit_of_zero_removes_the_entries_already_there_at_the_next_write(cache, monkeypatch):
+    _fill(3)
+    assert len(entries(cache)) == 3
+    monkeypatch.setenv("PYCUDADRV_CACHE_MAX_BYTES", "0")
+    obj = cd.compile(SRC.replace("= v", "= -v"), arch="sm_90")
+    assert not obj.from_cache and entries(cache) == []
+
+
+def test_a_limit_smaller_than_one_entry_keeps_no_entry(cache, monkeypatch):
+    _fill(2)
+    monkeypatch.setenv("PYCUDADRV_CACHE_MAX_BYTES", "16")
+    cd.compile(SRC.replace("= v", "= 3 * v"), arch="sm_90")
+    assert entries(cache) == [] and nvrtc.cache_size() == (0, 0)
+
+
+def test_an_entry_over_a_lowered_limit_is_deleted_instead_of_read(cache, monkeypatch):
+    cd.compile(SRC, arch="sm_90")
+    (entry,) = entries(cache)
+    monkeypatch.setenv("PYCUDADRV_CACHE_MAX_BYTES", str(entry.stat().st_size - 1))
+    assert not cd.compile(SRC, arch="sm_90").from_cache
+    assert entries(cache) == []          # deleted on the hit; the new result is too large to write
+
+
+def test_a_limit_that_holds_one_entry_keeps_the_newest(cache, monkeypatch):
+    _fill(2)
+    size = max(p.stat().st_size for p in entries(cache))
+    monkeypatch.setenv("PYCUDADRV_CACHE_MAX_BYTES", str(size + 100))
+    newest = cd.compile(SRC.replace("= v", "= v * v"), arch="sm_90")
+    assert len(entries(cache)) == 1 and cd.compile(SRC.replace("= v", "= v * v"), arch="sm_90").from_cache
+    assert newest.image == cd.compile(SRC.replace("= v", "= v * v"), arch="sm_90").image
+
+
+@pytest.mark.parametrize("raw, why", [("   ", "only blanks"),
+                                      ("~pycudadrv-no-such-user/x", "'~pycudadrv-no-such-user' is not a user's home")])
+def test_a_cache_dir_that_names_no_directory_warns_once_and_uses_the_default(raw, why, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("PYCUDADRV_CACHE_DIR", raw)
+    monkeypatch.delenv("PYCUDADRV_CACHE", raising=False)
+    with pytest.warns(RuntimeWarning, match=rf"PYCUDADRV_CACHE_DIR={raw!r} is not a directory name \({why}.*"
+                                            rf"using the default '{tmp_path / 'xdg' / 'pycudadrv'}'"):
+        assert nvrtc.cache_dir() == str(tmp_path / "xdg" / "pycudadrv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cd.compile(SRC.replace("= v", "= v - 1.0f"), arch="sm_90")     # no second warning
+    assert list(tmp_path.iterdir()) == [tmp_path / "xdg"]                # no "   " or "~user" directory made
+    assert len(list((tmp_path / "xdg" / "pycudadrv").glob("*.nvrtc"))) == 1
+
+
+def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.delenv("PYCUDADRV_CACHE_DIR", raising=False)
+    monkeypatch.delenv("PYCUDADRV_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")
+    assert nvrtc.cache_dir() == str(tmp_path / ".cache" / "pycudadrv")
+
+
+def test_an_entry_path_taken_by_a_directory_warns_naming_that_entry(cache):
+    src = SRC.replace("= v", "= v / 2.0f")
+    cd.compile(src, arch="sm_90")
+    (entry,) = entries(cache)
+    entry.unlink()
+    entry.mkdir()
+    with pytest.warns(RuntimeWarning, match=rf"the compile cache entry '{entry}' is not a regular file, so this "
+                                            r"result is not cached \(Is a directory\); the rest of the cache works"):
+        assert not cd.compile(src, arch="sm_90").from_cache
+    other = cd.compile(SRC.replace("= v", "= v / 3.0f"), arch="sm_90")
+    assert not other.from_cache and cd.compile(SRC.replace("= v", "= v / 3.0f"), arch="sm_90").from_cache
+    assert nvrtc.cache_size()[0] == 1        # the directory is no entry

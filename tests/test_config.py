@@ -241,3 +241,80 @@ def test_the_report_matches_the_driver_on_a_gpu(clean_env):
             first["multiprocessor_count"]) == (d0.name, "%d.%d" % d0.compute_capability, d0.total_memory,
                                                d0.multiprocessor_count)
     assert os.path.basename(info["driver"]["path"]).startswith("libcuda.so")
+
+
+def test_a_cache_directory_that_is_a_file_is_reported_as_such(clean_env, monkeypatch, tmp_path):
+    _no_driver(monkeypatch)
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory")
+    monkeypatch.setenv("PYCUDADRV_CACHE_DIR", str(afile))
+    assert (f"compile cache: {afile} is a file, not a directory: compile() warns once and goes on without the "
+            "disk cache\n") in _report()
+
+
+def test_an_unavailable_reason_is_said_once_when_the_probes_fail_with_the_same_text(clean_env, monkeypatch):
+    _no_driver(monkeypatch)
+    why = "cuDNN not found: libcudnn.so.9 could not be loaded."
+
+    def missing():
+        raise cd.CudnnUnavailableError(why)
+
+    _fake_module(monkeypatch, "pycudadrv.cudnn", is_available=lambda: False, unavailable_reason=lambda: why,
+                 version=missing, library_path=missing)
+    text = _report()
+    assert f"  cuDNN (pycudadrv.cudnn): unavailable; {why}\n" in text
+    assert text.count("could not be loaded") == 1
+
+
+@pytest.mark.parametrize("name, value, why", [
+    ("PYCUDADRV_DEVICES", "x", "'x' is not a device ordinal: the first call that lists devices raises "
+                               "ArgumentValueError"),
+    ("PYCUDADRV_DEVICES", " , ", "an empty selection"),
+    ("PYCUDADRV_DEVICES", "0,-1", "'-1' is not a device ordinal (they count from 0)"),
+    ("PYCUDADRV_MPI_CUDA_AWARE", "maybe", "not a switch (1/0, true/false, yes/no, on/off): "
+                                          "pycudadrv.mpi.detect_cuda_aware() raises ArgumentValueError"),
+    ("PYCUDADRV_CACHE_MAX_BYTES", "-4", "below the minimum 0: it warns once and the default applies"),
+    ("PYCUDADRV_CACHE_MAX_BYTES", "1GB", "not an integer: it warns once and the default applies"),
+    ("PYCUDADRV_PERSISTENT_BLOCKS", "0", "below the minimum 1"),
+    ("PYCUDADRV_TRACE", "2", "not a switch (1/0, true/false, yes/no, on/off): it warns once and the default applies"),
+    ("PYCUDADRV_CACHE_DIR", "   ", "only blanks: the default "),
+    ("PYCUDADRV_NVJITLINK", "/nonexistent/libnvJitLink.so", "no such file"),
+])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # the reading itself warns too: not what is tested here
+def test_a_value_pycudadrv_does_not_use_as_given_is_flagged_with_why(clean_env, monkeypatch, name, value, why):
+    _no_driver(monkeypatch)
+    monkeypatch.setenv(name, value)
+    assert why in config.config_info()["environment"][name]["invalid"]
+    text = _report()
+    assert f"  {name}={value!r}: {ENVIRONMENT_VARIABLES[name]}\n    INVALID: {why}" in text
+
+
+@pytest.mark.parametrize("name, value", [("PYCUDADRV_DEVICES", "0, 1"), ("PYCUDADRV_MPI_CUDA_AWARE", " Yes "),
+                                         ("PYCUDADRV_CACHE_MAX_BYTES", "0x1000"), ("PYCUDADRV_TRACE", ""),
+                                         ("PYCUDADRV_NVJITLINK", "libnvJitLink.so.13"), ("PYCUDADRV_GRAPH_DOT", "g.dot")])
+def test_values_in_use_are_not_flagged(clean_env, monkeypatch, name, value):
+    _no_driver(monkeypatch)
+    monkeypatch.setenv(name, value)
+    assert "invalid" not in config.config_info()["environment"][name]
+
+
+def test_every_pycudadrv_variable_has_a_kind_for_the_check():
+    assert sorted(config.VARIABLE_KINDS) == sorted(ENVIRONMENT_VARIABLES)
+
+
+def test_nvidia_tf32_override_is_reported_among_the_other_variables(clean_env, monkeypatch):
+    _no_driver(monkeypatch)
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+    assert "  NVIDIA_TF32_OVERRIDE='0': 0 (set before the process starts): NVIDIA's libraries" in _report()
+
+
+def test_a_linker_library_that_cannot_load_names_its_path_once(clean_env, monkeypatch):
+    from pycudadrv import link
+
+    monkeypatch.setattr(link, "_libs", {})
+    monkeypatch.setenv("PYCUDADRV_NVJITLINK", "/nonexistent/libnvJitLink.so")
+    with pytest.raises(cd.LinkerUnavailableError) as ei:
+        link._load("nvjitlink")
+    assert str(ei.value).count("/nonexistent/libnvJitLink.so") == 2     # the variable's value, then dlerror's
+    assert str(ei.value).startswith("PYCUDADRV_NVJITLINK='/nonexistent/libnvJitLink.so' is not a loadable "
+                                    "nvJitLink library: /nonexistent/libnvJitLink.so: cannot open")

@@ -65,3 +65,34 @@ def test_every_variable_is_in_the_overview_table():
     rows = [line for line in open(index, encoding="utf-8") if line.startswith("| `")]
     missing = [name for name in _env.ENVIRONMENT_VARIABLES if not any(f"`{name}`" in r for r in rows)]
     assert missing == []
+
+
+def _docs(page):
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return open(os.path.join(root, "docs", page), encoding="utf-8").read()
+
+
+def test_the_overview_says_what_a_switch_takes_as_env_flag_reads_it():
+    import re
+
+    text = _docs("index.md")
+    preface = text[text.index("## Environment variables"):text.index("| variable | read | effect |")]
+    on = set(re.findall(r"`(\w+)`", preface[preface.index("is on for"):preface.index("and off for")]))
+    off = set(re.findall(r"`(\w+)`", preface[preface.index("and off for"):preface.index("(any case")]))
+    assert (on, off) == (set(_env._TRUE), set(_env._FALSE))
+
+
+def test_every_switch_row_says_it_is_a_switch():
+    from pycudadrv import config
+
+    rows = {line.split("`")[1]: line for line in _docs("index.md").splitlines() if line.startswith("| `PYCUDADRV_")}
+    switches = [n for n, kind in config.VARIABLE_KINDS.items() if kind in ("switch", "strict switch")]
+    assert [n for n in switches if "switch" not in rows[n]] == []
+
+
+@pytest.mark.parametrize("page", ["index.md", "tutorial.md", "compile.md"])
+def test_no_page_says_any_value_turns_a_switch_on(page):
+    text = _docs(page)
+    assert "any value but" not in text and "count as on" not in text

@@ -1,0 +1,83 @@
+"""``python -m pycudadrv``'s arguments are checked before the GPU is, and an unbuilt checkout that
+would borrow another installation's compiled extensions refuses to import (CPU)."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pycudadrv as cd
+from pycudadrv import __main__ as cli
+from pycudadrv import heat
+
+PKG = os.path.dirname(os.path.abspath(cd.__file__))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--size", "-5"], "argument --size: -5 is out of range (allowed: from 3 to 46340)"),
+    (["--size", "0"], "argument --size: 0 is out of range (allowed: from 3 to 46340)"),
+    (["--size", "46341"], "argument --size: 46341 is out of range (allowed: from 3 to 46340)"),
+    (["--size", "2.5"], "argument --size: '2.5' is not an integer (allowed: from 3 to 46340)"),
+    (["--steps", "-1"], "argument --steps: -1 is out of range (allowed: 1 or more)"),
+    (["--steps", "0"], "argument --steps: 0 is out of range (allowed: 1 or more)"),
+])
+def test_an_argument_out_of_range_is_a_usage_error_naming_the_flag_and_the_range(argv, message, capsys, monkeypatch):
+    def no_gpu_check():
+        raise AssertionError("the GPU was checked before the arguments")
+
+    monkeypatch.setattr(cd, "require", no_gpu_check)
+    with pytest.raises(SystemExit) as ei:
+        cli.main(argv)
+    assert ei.value.code == 2
+    assert f"python -m pycudadrv: error: {message}\n" in capsys.readouterr().err
+
+
+def test_the_size_limits_are_an_interior_cell_and_the_kernels_int_index():
+    assert (heat.MIN_SIZE, heat.MAX_SIZE) == (3, 46340)
+    assert heat.MAX_SIZE ** 2 < 2 ** 31 <= (heat.MAX_SIZE + 1) ** 2
+
+
+def test_arguments_in_range_reach_the_gpu_check(capsys, monkeypatch):
+    def no_driver():
+        raise cd.CudaUnavailableError("no driver on this test machine")
+
+    monkeypatch.setattr(cd, "require", no_driver)
+    assert cli.main(["--size", "3", "--steps", "1"]) == 1
+    assert capsys.readouterr().err == "pycudadrv: CUDA unavailable: no driver on this test machine\n"
+
+
+def test_an_unbuilt_tree_that_would_borrow_another_trees_extensions_refuses_to_import(tmp_path):
+    # An unbuilt clone first on sys.path, and a meta-path finder that serves what it lacks from the built
+    # tree, as pip's editable finder (__editable___*_finder) does for an editable install.
+    clone = tmp_path / "clone" / "pycudadrv"
+    shutil.copytree(PKG, clone, ignore=shutil.ignore_patterns("*.so", "*.c", "__pycache__", "*.pyd"))
+    code = textwrap.dedent(f"""
+        import importlib.machinery, sys
+        BUILT = {PKG!r}
+
+        class EditableFinder:
+            @classmethod
+            def find_spec(cls, fullname, path=None, target=None):
+                parent, _, child = fullname.rpartition(".")
+                if parent == "pycudadrv":
+                    return importlib.machinery.PathFinder.find_spec(fullname, [BUILT])
+                return None
+
+        sys.meta_path.append(EditableFinder)
+        sys.path.insert(0, {str(clone.parent)!r})
+        try:
+            import pycudadrv
+        except ImportError as e:
+            print("MSG:", e)
+        else:
+            print("imported from", pycudadrv.__file__)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"MSG: pycudadrv's compiled extensions were found in {os.path.realpath(PKG)}, "
+                               f"not beside this package's Python files in {os.path.realpath(clone)}: this "
+                               "source tree was never built"), r.stdout
+    assert "python -m pip install -e ." in r.stdout
