@@ -245,10 +245,13 @@ class ObjectCode:
         return load_module(self, device=device)
 
     def __repr__(self) -> str:
-        by = (f"linked by nvJitLink {self.linker_version[0]}.{self.linker_version[1]}" if self.linker_version
-              else f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]}")
-        where = "+".join(self.archs) if self.target == "fatbin" else self.arch
-        return f"<ObjectCode {self.target} for {where}, {len(self.image)} bytes, {by}>"
+        # Never raises, even for an ObjectCode made by __new__ or with None fields.
+        target, arch, image = (getattr(self, k, None) for k in ("target", "arch", "image"))
+        lv, nv = getattr(self, "linker_version", None), getattr(self, "nvrtc_version", None) or (0, 0)
+        by = f"linked by nvJitLink {lv[0]}.{lv[1]}" if lv else f"NVRTC {nv[0]}.{nv[1]}"
+        where = "+".join(map(str, getattr(self, "archs", None) or ())) if target == "fatbin" else arch
+        size = f"{len(image)} bytes" if isinstance(image, (bytes, bytearray)) else "no image"
+        return f"<ObjectCode {target} for {where}, {size}, {by}>"
 
 
 def _source_decls(text: str) -> dict[str, list[SourceDecl | None]] | None:
