@@ -49,9 +49,13 @@ def shape_and_nbytes(shape, dtype):
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
         raise ArgumentTypeError(f"shape must be an int or a tuple of ints, got {shape!r}")
     try:
-        shape = tuple(operator.index(s) for s in shape)
+        shape = tuple(shape)
+        bad = any(isinstance(s, (bool, np.bool_)) for s in shape)
+        shape = shape if bad else tuple(operator.index(s) for s in shape)
     except TypeError:
-        raise ArgumentTypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+        bad = True
+    if bad:
+        raise ArgumentTypeError(f"shape must be an int or a tuple of ints, got {shape!r:.80}")
     if any(s < 0 for s in shape):
         raise ArgumentValueError(f"negative dimension in shape {shape}")
     count = 1

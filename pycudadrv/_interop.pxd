@@ -1,3 +1,5 @@
+# obj.__cuda_array_interface__, or None when it has none; ArgumentTypeError when reading it raises.
+cdef object read_cai(object obj)
 # The data pointer of a __cuda_array_interface__ dict, as an int in [0, 2**64);
 # ArgumentValueError saying what is wrong otherwise.
 cdef object cai_data_pointer(object cai)

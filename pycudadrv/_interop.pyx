@@ -23,6 +23,13 @@ cdef str _short(object v):
     return r if len(r) <= 60 else r[:60] + "..."
 
 
+cdef object read_cai(object obj):
+    try:
+        return getattr(obj, "__cuda_array_interface__", None)
+    except Exception as e:
+        raise ArgumentTypeError(f"reading its __cuda_array_interface__ raised {type(e).__name__}: {e}") from e
+
+
 cdef object cai_data_pointer(object cai):
     data = cai.get("data") if isinstance(cai, dict) else None
     if not isinstance(data, (tuple, list)) or len(data) != 2:
@@ -155,7 +162,7 @@ def asbuffer(obj, *, device=None):
     """
     if isinstance(obj, Buffer):
         return obj
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    cai = read_cai(obj)
     if cai is None:
         if hasattr(obj, "__dlpack__"):
             return _from_dlpack(obj, device)

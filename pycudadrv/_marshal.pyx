@@ -15,7 +15,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, peer_enabled
 from pycudadrv._stream cimport Stream
 from pycudadrv._memory cimport Buffer
-from pycudadrv._interop cimport cai_data_pointer, cai_geometry, cai_is_contiguous
+from pycudadrv._interop cimport read_cai, cai_data_pointer, cai_geometry, cai_is_contiguous
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
@@ -152,7 +152,7 @@ cdef str _bounded_repr(object v, Py_ssize_t limit=40):
         return f"<an int of {v.bit_length()} bits>" if isinstance(v, int) else f"<{type(v).__name__} object>"
     except Exception:  # noqa: BLE001 -- a message must never fail
         return f"<{type(v).__name__} object>"
-    return r[:limit]
+    return r[:limit].replace("\n", " ")
 
 
 cdef str describe_value(object a):
@@ -364,7 +364,10 @@ def data_pointer(obj, *, bint strided=False):
     if isinstance(obj, Buffer):
         (<Buffer>obj).ensure_open()
         return (<Buffer>obj)._ptr
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    try:
+        cai = read_cai(obj)
+    except ArgumentTypeError as e:
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e.__cause__
     if cai is None:
         raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} has no __cuda_array_interface__")
     try:
@@ -447,7 +450,10 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
             memcpy(dst + 8, &im, 8)
             return 0
         raise _arg_error(lay, i, p, a, "a complex value needs an 8- or 16-byte struct parameter")
-    cai = getattr(a, "__cuda_array_interface__", None)
+    try:
+        cai = read_cai(a)
+    except ArgumentTypeError as e:
+        raise _arg_error(lay, i, p, a, str(e)) from e.__cause__
     if cai is not None:
         return _pack_pointer(_cai_pointer(a, cai, lay, i, p), lay, i, p, dst, a)
     if hasattr(a, "__dlpack__"):
@@ -511,7 +517,7 @@ cdef int _infer_spec(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p) exce
     """Layout unknown: take the parameter's size from a sized value."""
     cdef Py_buffer view
     p.offset = 0
-    if a is None or isinstance(a, Buffer) or hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"):
+    if a is None or isinstance(a, Buffer) or read_cai(a) is not None or hasattr(a, "__dlpack__"):
         p.kind = POINTER
         p.size = 8
         return 0

@@ -504,9 +504,14 @@ def as_layout(layout, kernel: str = "kernel") -> list:
     return parse_signature(layout)
 
 
+# The sizes a parameter of each kind can have (ANY and BYTES: any size).
+_KIND_SIZES = {INT: (1, 2, 4, 8, 16), UINT: (1, 2, 4, 8, 16), INTEGER: (1, 2, 4, 8), FLOAT: (2, 4, 8), POINTER: (8,)}
+
+
 def check_layout(layout, kernel: str, limit: int) -> list:
     """``layout`` as a list, each entry checked: a Param whose kind is a
-    ParamKind (0..6) and whose size (1 .. ``limit`` bytes) and offset
+    ParamKind (0..6) and whose size (1 .. ``limit`` bytes, one the kind can
+    have: 8 for POINTER, 2/4/8 for FLOAT, ...) and offset
     (0 .. 2**63-1; where the parameters end is checked against ``limit``
     when the layout is set) are ints, never a float truncated or a bool.
     ``limit`` is the driver's parameter space in bytes. Raises ArgumentTypeError for
@@ -529,6 +534,11 @@ def check_layout(layout, kernel: str, limit: int) -> list:
                                      f"{_bounded_repr(prm, 120)}")
         if prm.size <= 0:
             raise ArgumentValueError(f"{where} has {prm.size} bytes: a kernel parameter has at least one")
+        sizes = _KIND_SIZES.get(prm.kind)
+        if sizes is not None and prm.size not in sizes:
+            allowed = ", ".join(map(str, sizes[:-1])) + (" or " if len(sizes) > 1 else "") + str(sizes[-1])
+            raise ArgumentValueError(f"{where}: {KIND_NAMES[ParamKind(prm.kind)]} parameters have {allowed} "
+                                     f"bytes, not {_bounded_repr(prm.size)}")
         if prm.size > limit:
             raise ArgumentValueError(f"{where} is {_bounded_repr(prm.size)} bytes, beyond the driver's limit of "
                                      f"{limit} bytes for all of a kernel's parameters together")
