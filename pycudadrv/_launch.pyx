@@ -291,7 +291,8 @@ cdef class LaunchConfig:
         return self.shared_mem_bytes
 
     def __repr__(self):
-        return (f"<LaunchConfig grid={self.grid} block={self.block} shared_mem_bytes={self.shared_mem_bytes}"
+        g, b = (self.grid[0], self.grid[1], self.grid[2]), (self.block[0], self.block[1], self.block[2])
+        return (f"<LaunchConfig grid={g} block={b} shared_mem_bytes={self.shared_mem_bytes}"
                 f"{' cooperative' if self.cooperative else ''}{' pdl' if self.programmatic else ''}>")
 
 
