@@ -44,9 +44,10 @@ cdef enum:
 
 def set_launch_hook(hook):
     """Install (or, with None, remove) the launch instrumentation hook used by
-    pycudadrv.profile; returns the previous one. ``hook`` is None or an object
-    with callable ``before(fn, stream) -> token`` and ``after(token, fn,
-    stream, grid, block, shared_mem_bytes)``; ArgumentTypeError otherwise."""
+    pycudadrv.profile; returns the previous one. ``hook`` is None or an
+    object with callable ``before(fn, stream)`` (returns a token) and
+    ``after(token, fn, stream, grid, block, shared_mem_bytes)``;
+    ArgumentTypeError otherwise."""
     global _hook
     if hook is not None and not (callable(getattr(hook, "before", None)) and callable(getattr(hook, "after", None))):
         raise ArgumentTypeError(f"set_launch_hook: the hook must be None or an object with callable before(fn, "
@@ -229,9 +230,9 @@ cdef unsigned int shared_mem_arg(object v, str where) except? 0xFFFFFFFF:
 cdef class LaunchConfig:
     """Grid, block, dynamic shared memory and launch attributes of a kernel,
     validated once against the device and the kernel (the limits named in
-    :meth:`Function.launch`): ``LaunchConfig(fn, grid, block,
-    shared_mem_bytes=0, *, cooperative=False, cluster=None,
-    programmatic_dependent=False)``, or ``fn.bind(...).config``.
+    :meth:`Function.launch`). Made by ``fn.bind(...)`` (its ``config``), or
+    directly: ``LaunchConfig(fn, grid, block, shared_mem_bytes=0, ...)``
+    with the keywords of :meth:`Function.launch`.
 
     Raises ArgumentTypeError when ``fn`` is not a Function, ArgumentValueError
     beyond a limit, NotSupportedError for clusters or PDL below compute

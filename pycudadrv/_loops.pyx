@@ -101,15 +101,8 @@ def loop_kernel(device, str name):
 
 class Condition:
     """``value[index] OP threshold`` on the device, the stopping rule of a
-    :class:`DeviceLoop` (made by :func:`when`; ``Condition(buffer, op,
-    threshold, index=0)`` is the same). Raises as :func:`when`."""
-
-    # What a Condition made without __init__ (Condition.__new__) reads: nothing to compare.
-    buffer = None
-    op = None
-    threshold = None
-    index = 0
-    dtype = None
+    :class:`DeviceLoop` (made by :func:`when`, or the same arguments given
+    to ``Condition``). Raises as :func:`when`."""
 
     def __init__(self, buffer=None, op=None, threshold=None, index=0):
         if not isinstance(buffer, Buffer):
@@ -145,13 +138,13 @@ class Condition:
 
     @property
     def kernel_name(self):
-        """The condition kernel that compares (``pycudadrv_loop_until_<dtype>_<op>``)."""
-        if self.dtype is None or self.op is None:
+        # (getattr: a Condition made by Condition.__new__ has no fields)
+        if getattr(self, "dtype", None) is None or getattr(self, "op", None) is None:
             raise StateError("this Condition is not initialised: make one with pycudadrv.when(buffer, op, threshold)")
         return f"pycudadrv_loop_until_{self.dtype.name}_{LOOP_OPS[self.op]}"
 
     def __repr__(self):
-        if self.buffer is None:
+        if getattr(self, "buffer", None) is None:
             return "<Condition (not initialised)>"
         return f"when({self.buffer!r}[{self.index}] {self.op} {self.threshold!r})"
 
