@@ -29,7 +29,9 @@ PARAM_LIMIT_LARGE = 32764
 #: The largest finite float32. A double up to half a unit in the last place beyond it still rounds to it
 #: (3.4028235e38 is FLOAT32_MAX as a float32); only magnitudes of 2**128 - 2**103 or more become inf.
 FLOAT32_MAX = 3.4028234663852886e38
-cdef double _F32_LIMIT = 3.4028235677973366e38   # 2**128 - 2**103: float32 rounds this and beyond to inf
+# The largest double float32 rounds to a finite value: the next one up is 2**128 - 2**103, which rounds to inf.
+# (Compared with <=, as a bound that is itself finite, it costs no more than FLOAT32_MAX did.)
+cdef double _F32_FINITE = 3.4028235677973362e38
 cdef double _F16_LIMIT = 65520.0                 # 65504 + 16: half precision rounds this and beyond to inf
 # Creating a ParamLayout takes this token (new_layout passes it): one made any other way would crash on use.
 cdef object _TOKEN = object()
@@ -232,10 +234,10 @@ cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsign
                          "scalar or bytes of the exact size")
     if kind == POINTER and (overflow < 0 or (overflow == 0 and v < 0)):
         raise _arg_error(lay, i, p, a, "a raw device pointer must be >= 0")
-    if overflow and size == 16 and (kind == INT or kind == UINT):
-        return _pack_int128(a, lay, i, p, dst)
-    if overflow > 0:
-        if size != 8 or kind == INT:
+    if overflow != 0:       # beyond a long long (the checks below cost the common case nothing)
+        if size == 16 and (kind == INT or kind == UINT):
+            return _pack_int128(a, lay, i, p, dst)
+        if overflow < 0 or size != 8 or kind == INT:
             return _int_range_error(lay, i, p, a)
         try:
             u = PyLong_AsUnsignedLongLong(a)
@@ -243,8 +245,6 @@ cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsign
             return _int_range_error(lay, i, p, a)
         memcpy(dst, &u, 8)
         return 0
-    if overflow < 0:
-        return _int_range_error(lay, i, p, a)
     # range of the width: signed for INT, unsigned for UINT/POINTER, either for ANY/INTEGER
     cdef long long lo, hi
     if size == 1:
@@ -279,7 +279,7 @@ cdef int _pack_float(double x, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsi
     cdef int kind = p.kind
     if kind == FLOAT or kind == ANY:
         if p.size == 4:
-            if x != x or -_F32_LIMIT < x < _F32_LIMIT or x == x * 2:
+            if x != x or -_F32_FINITE <= x <= _F32_FINITE or x == x * 2:
                 f = <float>x  # NaN, finite once rounded, or +-inf: representable
             else:
                 raise _arg_error(lay, i, p, a, "value out of range for a 32-bit float (it would become inf)",
@@ -437,8 +437,8 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
             raise _arg_error(lay, i, p, a, "a complex value needs an 8- or 16-byte struct parameter")
         re, im = a.real, a.imag
         if p.size == 8:
-            if not ((re != re or -_F32_LIMIT < re < _F32_LIMIT or re == re * 2) and
-                    (im != im or -_F32_LIMIT < im < _F32_LIMIT or im == im * 2)):
+            if not ((re != re or -_F32_FINITE <= re <= _F32_FINITE or re == re * 2) and
+                    (im != im or -_F32_FINITE <= im <= _F32_FINITE or im == im * 2)):
                 raise _arg_error(lay, i, p, a, "value out of range for two 32-bit floats (a part would become "
                                  "inf)", ArgumentTypeError)
             fre, fim = <float>re, <float>im
@@ -487,7 +487,7 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
     if t is float:
         x = PyFloat_AS_DOUBLE(a)
         if p.kind == FLOAT or p.kind == ANY:
-            if p.size == 4 and -_F32_LIMIT < x < _F32_LIMIT:
+            if p.size == 4 and -_F32_FINITE <= x <= _F32_FINITE:
                 f = <float>x
                 memcpy(dst, &f, 4)
                 return 0
@@ -510,7 +510,13 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
             ((p.kind == FLOAT) == _np_is_float[k] and not _np_is_complex[k])):
         memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])   # bit for bit: the dtype was chosen
         return 0
-    return _pack_slow(a, lay, i, p, dst)
+    return _slow_path(a, lay, i, p, dst)     # out of line: its checks never weigh on the fast paths above
+
+
+# pack_arg calls the slow path through this pointer, so the C compiler cannot inline it: inlined, its
+# many checks cost pack_arg's fast paths a larger stack frame and register spills on every call.
+cdef int (*_slow_path)(object, ParamLayout, Py_ssize_t, ParamSpec*, unsigned char*) except -1
+_slow_path = _pack_slow
 
 
 cdef int _infer_spec(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p) except -1:
