@@ -40,14 +40,17 @@ cdef object cai_data_pointer(object cai):
     return ptr
 
 
+cdef inline bint _is_int(object v):
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
 cdef tuple cai_geometry(object cai):
     """``(shape, strides or None, dtype)`` of a ``__cuda_array_interface__`` dict
     (``cai_data_pointer`` checked it is one), each checked: ``shape`` a tuple of
-    non-negative ints, ``typestr`` a numpy type string of at least one byte,
+    non-negative ints (numpy ints too; returned as ints), ``typestr`` a numpy type string of at least one byte,
     ``strides`` None or one int per dimension. Raises ArgumentValueError."""
     shape = cai.get("shape")
-    if not isinstance(shape, (tuple, list)) or any(isinstance(s, bool) or not isinstance(s, int) or s < 0
-                                                     for s in shape):
+    if not isinstance(shape, (tuple, list)) or any(not _is_int(s) or s < 0 for s in shape):
         raise ArgumentValueError(f"its __cuda_array_interface__ 'shape' must be a tuple of non-negative ints, got "
                                  f"{_short(shape)}")
     typestr = cai.get("typestr")
@@ -64,16 +67,15 @@ cdef tuple cai_geometry(object cai):
                                  "device data")
     strides = cai.get("strides")
     if strides is not None:
-        if not isinstance(strides, (tuple, list)) or any(isinstance(s, bool) or not isinstance(s, int)
-                                                           for s in strides):
+        if not isinstance(strides, (tuple, list)) or any(not _is_int(s) for s in strides):
             raise ArgumentValueError(f"its __cuda_array_interface__ 'strides' must be None or a tuple of ints "
                                      f"(bytes), got {_short(strides)}")
         if len(strides) != len(shape):
             raise ArgumentValueError(f"its __cuda_array_interface__ 'strides' {_short(tuple(strides))} has "
                                      f"{len(strides)} entries for the {len(shape)}-dimensional shape "
                                      f"{_short(tuple(shape))}")
-        strides = tuple(strides)
-    return tuple(shape), strides, dt
+        strides = tuple(int(s) for s in strides)
+    return tuple(int(s) for s in shape), strides, dt
 
 
 cdef bint cai_is_contiguous(object cai) except -1:
