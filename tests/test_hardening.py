@@ -314,6 +314,12 @@ def test_a_cuda_array_interface_that_raises_is_named():
         cd.data_pointer(_Raises())
 
 
+def test_a_shape_and_strides_of_numpy_ints_are_read_as_ints():
+    cai = {**_BASE, "shape": (np.int64(3),), "strides": (np.int64(4),), "typestr": "<f4"}
+    assert cd.data_pointer(_Dev(cai)) == 4096
+    assert cd.pack_arguments("float*", [_Dev(cai)])[0] == [(4096).to_bytes(8, "little")]
+
+
 def test_strided_opt_in_still_checks_the_interface():
     assert cd.data_pointer(_Dev({**_BASE, "strides": (8,), "shape": (3,), "typestr": "<f4"}), strided=True) == 4096
     with pytest.raises(cd.ArgumentTypeError, match="'typestr' 'bad' is not a numpy type string"):
