@@ -5,6 +5,7 @@ what it reads into parameter kinds."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pycudadrv._errors import ArgumentValueError
 from pycudadrv._marshal import ParamKind
@@ -25,6 +26,10 @@ _STD_SUBS = {"St": "std", "Sa": "std::allocator", "Sb": "std::basic_string", "Ss
              "Si": "std::istream", "So": "std::ostream", "Sd": "std::iostream"}
 
 
+#: A demangled type: ("builtin", code), ("named", name), ("ptr", inner), ("cv", const, inner), ...
+Type = tuple[Any, ...]
+
+
 class Unreadable(ArgumentValueError):
     """A mangled name this reader does not know (never escapes mangled_params)."""
 
@@ -37,18 +42,20 @@ class Demangler:
 
     MAX_DEPTH = 64      # nested types/template arguments: real kernels stay far below
 
-    def __init__(self, s):
-        self.s, self.i, self.subs, self.targs, self.depth = s, 0, [], [], 0
+    def __init__(self, s: str) -> None:
+        self.s, self.i, self.depth = s, 0, 0
+        self.subs: list[Type] = []
+        self.targs: list[Type] = []
 
-    def peek(self, n=1):
+    def peek(self, n: int = 1) -> str:
         return self.s[self.i:self.i + n]
 
-    def eat(self, tok):
+    def eat(self, tok: str) -> None:
         if not self.s.startswith(tok, self.i):
             raise Unreadable(f"expected {tok!r} at {self.i}")
         self.i += len(tok)
 
-    def number(self):
+    def number(self) -> int:
         m = _DIGITS_RE.match(self.s, self.i)
         if not m:
             raise Unreadable(f"expected a number at {self.i}")
@@ -57,7 +64,7 @@ class Demangler:
         self.i = m.end()
         return int(m.group())
 
-    def source_name(self):
+    def source_name(self) -> str:
         n = self.number()
         name = self.s[self.i:self.i + n]
         if len(name) != n:
@@ -65,15 +72,15 @@ class Demangler:
         self.i += n
         return name
 
-    def seq_id(self):
+    def seq_id(self) -> int:
         m = _SEQ_ID_RE.match(self.s, self.i)
-        if len(m.group()) > 9:
-            raise Unreadable(f"a sequence id of {len(m.group())} digits at {self.i}")
+        if m is None or len(m.group()) > 9:
+            raise Unreadable(f"an unreadable sequence id at {self.i}")
         self.i = m.end()
         self.eat("_")
         return 0 if not m.group() else int(m.group(), 36) + 1
 
-    def substitution(self):
+    def substitution(self) -> Type:
         two = self.peek(2)
         if two in _STD_SUBS:
             self.i += 2
@@ -84,14 +91,14 @@ class Demangler:
             raise Unreadable(f"substitution S{k} beyond the table")
         return self.subs[k]
 
-    def template_param(self):
+    def template_param(self) -> Type:
         self.eat("T")
         k = self.seq_id()
         if k >= len(self.targs):
             raise Unreadable(f"template parameter T{k} unknown")
         return self.targs[k]
 
-    def template_args(self):
+    def template_args(self) -> list[Type]:
         self.eat("I")
         args = []
         while self.peek() != "E":
@@ -115,18 +122,18 @@ class Demangler:
         self.eat("E")
         return args
 
-    def unqualified(self):
+    def unqualified(self) -> str:
         if self.peek().isdigit():
             return self.source_name()
         raise Unreadable(f"unsupported name component at {self.i}")
 
-    def name(self):
+    def name(self) -> bool:
         """The function's name; returns whether it is a template (its return type comes first)."""
         if self.peek() == "N":
             self.i += 1
             while self.peek() in ("K", "V", "r"):
                 self.i += 1
-            is_template, parts = False, []
+            is_template, parts = False, list[str]()
             while self.peek() != "E":
                 substituted = False
                 if self.peek() == "I":
@@ -152,7 +159,7 @@ class Demangler:
             return True
         return False
 
-    def type_(self):
+    def type_(self) -> Type:
         self.depth += 1
         if self.depth > self.MAX_DEPTH:
             raise Unreadable(f"types nested more than {self.MAX_DEPTH} deep")
@@ -161,8 +168,9 @@ class Demangler:
         finally:
             self.depth -= 1
 
-    def _type(self):
+    def _type(self) -> Type:
         c = self.peek()
+        t: Type
         if c in MANGLED_BUILTINS:
             self.i += 1
             return ("builtin", c)
@@ -206,7 +214,7 @@ class Demangler:
         if c == "N" or c.isdigit():
             if c == "N":
                 self.i += 1
-                parts = []
+                parts: list[str] = []
                 while self.peek() != "E":
                     if self.peek() == "I":
                         self.template_args()

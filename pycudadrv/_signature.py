@@ -61,7 +61,7 @@ class Param(NamedTuple):
             return f"bytes[{self.size} bytes]"
         if self.kind == POINTER:
             return "const pointer" if self.const else "pointer"
-        return f"{KIND_NAMES[self.kind]}{self.size * 8}"
+        return f"{KIND_NAMES[ParamKind(self.kind)]}{self.size * 8}"
 
 
 def _place(items):
@@ -418,7 +418,8 @@ def source_params(source: str) -> dict:
     the ``extern "C"`` block look-up)."""
     text = _LEX_RE.sub(_lex_out, source)
     positions, depths = _extern_c_depths(text)
-    out, conflicting = {}, set()
+    out: dict[str, list] = {}
+    conflicting: set[str] = set()
     for m in _KERNEL_RE.finditer(text):
         head = text[max(0, m.start() - 200):m.start()]
         in_block = depths[bisect.bisect_right(positions, m.start()) - 1] > 0
