@@ -230,9 +230,11 @@ cdef class PreparedLaunch:
         cdef size_t size
         if self.fn is None:
             raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
-        if type(index) is not int and (isinstance(index, (bool, np.bool_)) or not isinstance(index, np.integer)):
-            raise ArgumentTypeError(f"kernel '{self.fn.name}': set_arg index must be an int, got "
-                                    f"{type(index).__name__}")
+        if type(index) is not int:
+            if isinstance(index, (bool, np.bool_)) or not hasattr(type(index), "__index__"):
+                raise ArgumentTypeError(f"kernel '{self.fn.name}': set_arg index must be an int, got "
+                                        f"{type(index).__name__}")
+            index = index.__index__()
         if index < 0 or index >= self.n:
             raise ArgumentIndexError(f"kernel '{self.fn.name}' has {self.n} parameters; index {index} is out "
                                      "of range")
