@@ -503,7 +503,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
             _compile_cache.store(key, obj)
     objs = [f for f in found if f is not None]
     for o in objs:
-        o.source_decls = o.source_decls if o.source_decls is not None else decls
+        o.source_decls = decls      # read now, never a cache entry's: an older reader's may be wrong
     if tgt != "fatbin":
         return objs[0]
     from pycudadrv.link import _fatbin_object
