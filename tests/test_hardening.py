@@ -344,3 +344,37 @@ def test_deeply_nested_types_give_none_not_a_recursion_error():
 
 def test_an_unknown_mangled_literal_at_the_end_is_not_an_endless_loop():
     assert sig.mangled_params("_Z1kILi5") is None
+
+
+# --- on the GPU: the new parameter rules reach a real kernel ---------------------------------------
+
+WIDE = r"""
+extern "C" __global__ void wide(unsigned __int128 u, __int128 s, const float x[4], unsigned long long* out,
+                                float* y) {
+    out[0] = (unsigned long long)u;
+    out[1] = (unsigned long long)(u >> 64);
+    out[2] = (unsigned long long)s;
+    out[3] = (unsigned long long)((unsigned __int128)s >> 64);
+    for (int i = 0; i < 4; ++i) y[i] = 2.0f * x[i];
+}
+"""
+
+
+@pytest.mark.gpu
+def test_int128_and_array_parameters_reach_the_kernel(rng):
+    fn = cd.compile(WIDE, options=["--device-int128"]).load().function("wide")
+    assert fn.layout_source == "source+ptx"
+    assert [(p.kind, p.size, p.const) for p in fn.param_layout] == [
+        (sig.UINT, 16, None), (INT, 16, None), (sig.POINTER, 8, True), (sig.POINTER, 8, False),
+        (sig.POINTER, 8, False)]
+    u = (int(rng.integers(1, 2**63)) << 65) | int(rng.integers(1, 2**63))          # above 2**64
+    s = -((int(rng.integers(1, 2**62)) << 64) | int(rng.integers(1, 2**63)))       # below -2**64
+    x = rng.standard_normal(4).astype(np.float32)
+    out = cd.Buffer.from_numpy(np.full(4, 0xDEADBEEFDEADBEEF, np.uint64))           # poisoned
+    y = cd.Buffer.from_numpy(np.full(4, np.nan, np.float32))
+    fn.launch(1, 1, u, s, cd.Buffer.from_numpy(x), out, y)
+    mask = 2**64 - 1
+    assert out.to_numpy().tolist() == [u & mask, u >> 64, s & mask, (s & (2**128 - 1)) >> 64]
+    np.testing.assert_allclose(y.to_numpy().astype(np.float64), 2.0 * x.astype(np.float64), rtol=1e-7)
+    with pytest.raises(cd.ArgumentTypeError, match=r"parameter #0 .*128-bit unsigned integer"):
+        fn.launch(1, 1, -1, s, None, out, y)
