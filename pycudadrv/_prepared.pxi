@@ -290,5 +290,5 @@ cdef class PreparedLaunch:
         c = self.config
         if self.fn is None or c is None:
             return "<PreparedLaunch (not initialised)>"
-        return (f"<PreparedLaunch '{self.fn.name}' grid={c.grid} block={c.block} "
-                f"shared_mem_bytes={c.shared_mem_bytes}>")
+        return (f"<PreparedLaunch '{self.fn.name}' grid={(c.grid[0], c.grid[1], c.grid[2])} "
+                f"block={(c.block[0], c.block[1], c.block[2])} shared_mem_bytes={c.shared_mem_bytes}>")
