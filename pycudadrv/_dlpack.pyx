@@ -8,7 +8,7 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 
 import traceback
 import numpy as np
-from pycudadrv._errors import ArgumentTypeError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
 
 __all__ = ["KDL_CUDA", "KDL_CUDA_MANAGED"]
 
@@ -73,6 +73,23 @@ cdef void _dl_capsule_destructor(object capsule) noexcept:
             m.deleter(m)
 
 
+cdef int check_export_request(object stream, object dl_device, object copy, int ordinal) except -1:
+    if copy:
+        raise ArgumentValueError("Buffer.__dlpack__: copy=True is not supported (export is zero-copy)")
+    if dl_device is not None:
+        try:
+            dev = tuple(int(v) for v in dl_device)
+        except (TypeError, ValueError, OverflowError):
+            raise ArgumentTypeError(f"__dlpack__: dl_device must be (device_type, device_id), got "
+                                    f"{dl_device!r:.60}") from None
+        if dev != (PYCUDADRV_kDLCUDA, ordinal):
+            raise ArgumentValueError(f"Buffer.__dlpack__: buffer lives on {(PYCUDADRV_kDLCUDA, ordinal)}, not {dev}")
+    if stream is not None and (isinstance(stream, bool) or not isinstance(stream, (int, np.integer))):
+        raise ArgumentTypeError(f"__dlpack__: stream must be an int (a CUstream handle; 1, 2 or -1) or None, got "
+                                f"{type(stream).__name__}")
+    return 0
+
+
 cdef object export_capsule(object owner, uint64_t ptr, int device_id, object dtype, tuple shape):
     dt = np.dtype(dtype)
     code = _DL_CODE.get(dt.kind)
@@ -123,11 +140,19 @@ cdef tuple import_capsule(object capsule, object producer):
     PyCapsule_SetName(capsule, "used_dltensor")
     cdef pycudadrv_DLTensor* t = &m.dl_tensor
     cdef int k
-    if t.dtype.lanes != 1 or t.dtype.code not in _DL_KIND:
+    if t.dtype.lanes != 1 or t.dtype.code not in _DL_KIND or t.dtype.bits == 0 or t.dtype.bits % 8:
         raise ArgumentTypeError(f"asbuffer: unsupported DLPack dtype (code {t.dtype.code}, bits {t.dtype.bits}, "
                                 f"lanes {t.dtype.lanes})")
-    dt = np.dtype(f"{_DL_KIND[t.dtype.code]}{t.dtype.bits // 8}") if t.dtype.code != PYCUDADRV_kDLBool \
-        else np.dtype(np.bool_)
+    try:
+        dt = np.dtype(f"{_DL_KIND[t.dtype.code]}{t.dtype.bits // 8}") if t.dtype.code != PYCUDADRV_kDLBool \
+            else np.dtype(np.bool_)
+    except TypeError:
+        raise ArgumentTypeError(f"asbuffer: unsupported DLPack dtype (code {t.dtype.code}, bits {t.dtype.bits}): "
+                                "numpy has no such type") from None
+    if t.ndim < 0 or (t.ndim > 0 and t.shape == NULL):
+        raise ArgumentTypeError(f"asbuffer: malformed DLPack tensor (ndim {t.ndim})")
     shape = tuple(t.shape[k] for k in range(t.ndim))
+    if any(s < 0 for s in shape):
+        raise ArgumentTypeError(f"asbuffer: malformed DLPack tensor (negative dimension in shape {shape})")
     strides = None if t.strides == NULL else tuple(t.strides[k] for k in range(t.ndim))
     return (owner, <uintptr_t>t.data + t.byte_offset, t.device.device_type, t.device.device_id, dt, shape, strides)

@@ -90,17 +90,23 @@ cdef class CapturedGraph:
         The driver refused to capture (e.g. an illegal call invalidated it).
     """
 
-    def __cinit__(self, Stream stream not None, str mode="thread_local", *args, bint pdl=False, **kwargs):
+    def __cinit__(self, *args, **kwargs):
+        # Every field is set here, so a graph is never half made; what is given is checked
+        # here too (DeviceLoop's own arguments come on top, for its __init__).
+        self._held, self._kernels, self._roots, self._launch_streams, self._after_end = [], [], [], [], []
+        stream = args[0] if args else kwargs.get("stream")
+        mode = args[1] if len(args) > 1 else kwargs.get("mode", "thread_local")
+        if not isinstance(stream, Stream):
+            raise ArgumentTypeError(f"{type(self).__name__} objects come from stream.capture(mode) (or "
+                                    f"stream.loop(...) for a DeviceLoop), made on a Stream; got "
+                                    f"{type(stream).__name__} for the stream")
+        if not isinstance(mode, str):
+            raise ArgumentTypeError(f"stream.capture(): mode must be a str, got {type(mode).__name__}")
         self._stream = stream
         self.mode = mode
-        self.pdl = pdl
+        self.pdl = bool(kwargs.get("pdl", False))
         self._graph = NULL
         self._exec = NULL
-        self._held = []
-        self._kernels = []
-        self._roots = []
-        self._launch_streams = []
-        self._after_end = []
         self._closed = False
         self._device_updated = False
         self._upload_first = False
@@ -371,5 +377,6 @@ cdef class CapturedGraph:
     def __repr__(self):
         state = ("capturing" if self._capture is not None else "closed" if self._closed else
                  "instantiated" if self._exec != NULL else "empty")
+        where = f"0x{<uintptr_t>self._stream._handle:x}" if self._stream is not None else "(none)"
         return (f"<CapturedGraph mode={self.mode!r}{' pdl' if self.pdl else ''} on stream "
-                f"0x{<uintptr_t>self._stream._handle:x}, {state}, {len(self._kernels)} kernel launches>")
+                f"{where}, {state}, {len(self._kernels or ())} kernel launches>")

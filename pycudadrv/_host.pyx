@@ -22,28 +22,50 @@ cdef bint is_pinned(const void* ptr) except -1:
     return r == CUDA_SUCCESS and kind == CU_MEMORYTYPE_HOST
 
 
+# HostBuffers are made only by HostBuffer.empty (which passes this token).
+cdef object _TOKEN = object()
+
+
 def shape_and_nbytes(shape, dtype):
     """``(shape tuple, numpy dtype or None, nbytes)`` for ``shape`` (an int or
     a sequence of ints) elements of ``dtype`` (bytes when None).
 
-    Raises ArgumentTypeError for a shape that is not ints and
-    ArgumentValueError for a negative dimension."""
+    Raises ArgumentTypeError for a shape that is not ints or a ``dtype``
+    numpy does not know, holding Python objects or of zero size;
+    ArgumentValueError for a negative dimension or 2**64 bytes or more."""
     import operator
-    dt = np.dtype(dtype) if dtype is not None else None
+    dt = None
+    if dtype is not None:
+        try:
+            dt = np.dtype(dtype)
+        except (TypeError, ValueError) as e:
+            raise ArgumentTypeError(f"dtype {dtype!r:.60} is not a numpy dtype ({e})") from None
+        if dt.hasobject:
+            raise ArgumentTypeError(f"dtype {dt} holds Python objects, which device or pinned memory cannot")
+        if dt.itemsize == 0:
+            raise ArgumentTypeError(f"dtype {dt} has zero-size elements; give a size (e.g. 'U8', 'S16', 'V4')")
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):
         shape = (shape,)
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
         raise ArgumentTypeError(f"shape must be an int or a tuple of ints, got {shape!r}")
     try:
-        shape = tuple(operator.index(s) for s in shape)
+        shape = tuple(shape)
+        bad = any(isinstance(s, (bool, np.bool_)) for s in shape)
+        shape = shape if bad else tuple(operator.index(s) for s in shape)
     except TypeError:
-        raise ArgumentTypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+        bad = True
+    if bad:
+        raise ArgumentTypeError(f"shape must be an int or a tuple of ints, got {shape!r:.80}")
     if any(s < 0 for s in shape):
         raise ArgumentValueError(f"negative dimension in shape {shape}")
     count = 1
     for s in shape:
         count *= s
-    return shape, dt, count * (dt.itemsize if dt is not None else 1)
+    nbytes = count * (dt.itemsize if dt is not None else 1)
+    if nbytes >= 2**64:
+        raise ArgumentValueError(f"shape {shape} of {dt if dt is not None else 'bytes'} is {nbytes} bytes, more than "
+                                 "any memory holds")
+    return shape, dt, nbytes
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
@@ -66,8 +88,9 @@ cdef class HostBuffer:
     memory can never be read through them.
     """
 
-    def __init__(self, *args, **kwargs):
-        raise ArgumentTypeError("create pinned memory with HostBuffer.empty(shape, dtype)")
+    def __cinit__(self, *args, **kwargs):
+        if len(args) != 1 or args[0] is not _TOKEN:
+            raise ArgumentTypeError("create pinned memory with HostBuffer.empty(shape, dtype)")
 
     @staticmethod
     def empty(shape, dtype=np.uint8, *, device=None):
@@ -76,7 +99,7 @@ cdef class HostBuffer:
         Raises OutOfMemoryError (a CudaError and a MemoryError) when the
         pinned allocation fails."""
         shape, dt, nbytes = shape_and_nbytes(shape, dtype)
-        cdef HostBuffer h = HostBuffer.__new__(HostBuffer)
+        cdef HostBuffer h = HostBuffer.__new__(HostBuffer, _TOKEN)
         cdef Device dev = as_device(device)
         h.device = dev
         h._dtype = dt

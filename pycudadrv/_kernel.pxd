@@ -18,6 +18,9 @@ cdef class KernelBase:
     cdef int init_kernel(self, CUfunction handle, str name, Device device, Lifetime module_life) except -1
     cdef int _block_threads(self, block, unsigned int shmem) except -1
 
+# The token Function.__new__ needs (make_function passes it; nothing else can make a kernel object).
+cdef object kernel_token()
+
 # grid/block/cluster: an int or 1-3 ints -> out[3] (missing ones 1); with allow_zero, 0 is accepted.
 cdef int parse_dims(object v, unsigned int* out, str what, bint allow_zero) except -1
 # Grid, block and dynamic shared memory against the device's and the kernel's limits

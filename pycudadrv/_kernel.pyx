@@ -22,6 +22,15 @@ SETTABLE_FUNCTION_ATTRIBUTES = ("max_dynamic_shared_size_bytes", "preferred_shar
 CACHE_PREFERENCES = {"none": CU_FUNC_CACHE_PREFER_NONE, "shared": CU_FUNC_CACHE_PREFER_SHARED,
                      "l1": CU_FUNC_CACHE_PREFER_L1, "equal": CU_FUNC_CACHE_PREFER_EQUAL}
 
+# Kernel objects are made only by Module.function() (make_function passes this token): one made any
+# other way (Function.__new__, a subclass) would have no handle, device or layout and crash on use.
+cdef object _TOKEN = object()
+
+
+cdef object kernel_token():
+    return _TOKEN
+
+
 # Dynamic shared memory as a function of the block size, for cuOccupancyMaxPotentialBlockSize's
 # callback (the driver calls it synchronously on this thread, with the GIL held).
 cdef object _smem_of_block = None
@@ -143,6 +152,10 @@ def _attribute_key(name):
 cdef class KernelBase:
     """A kernel handle: its launch limits, attributes and occupancy (the base
     of :class:`Function`; not constructed directly)."""
+
+    def __cinit__(self, *args, **kwargs):
+        if len(args) != 1 or args[0] is not _TOKEN:
+            raise ArgumentTypeError("Function objects come from Module.function(name)")
 
     cdef int init_kernel(self, CUfunction handle, str name, Device device, Lifetime module_life) except -1:
         cdef pycudadrv_driver_api* d = driver()

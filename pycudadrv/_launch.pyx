@@ -11,7 +11,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
-from pycudadrv._kernel cimport KernelBase, parse_dims, validate_config
+from pycudadrv._kernel cimport KernelBase, kernel_token, parse_dims, validate_config
 from pycudadrv._stream cimport (Stream, Event, Capture, resolve_stream, captures_active,
                                 check_launch_outside_capture)
 from pycudadrv._memory cimport Buffer
@@ -44,8 +44,15 @@ cdef enum:
 
 def set_launch_hook(hook):
     """Install (or, with None, remove) the launch instrumentation hook used by
-    pycudadrv.profile; returns the previous one."""
+    pycudadrv.profile; returns the previous one. ``hook`` is None or an
+    object with callable ``before(fn, stream)`` (returns a token) and
+    ``after(token, fn, stream, grid, block, shared_mem_bytes)``;
+    ArgumentTypeError otherwise."""
     global _hook
+    if hook is not None and not (callable(getattr(hook, "before", None)) and callable(getattr(hook, "after", None))):
+        raise ArgumentTypeError(f"set_launch_hook: the hook must be None or an object with callable before(fn, "
+                                f"stream) and after(token, fn, stream, grid, block, shared_mem_bytes), got "
+                                f"{type(hook).__name__}")
     prev = _hook
     _hook = hook
     return prev
@@ -56,14 +63,18 @@ def get_launch_hook():
     return _hook
 
 
-def set_release_gil(bint flag):
+def set_release_gil(flag):
     """Whether kernel and graph launches release the GIL around the driver
     call (default False: a launch returns in microseconds, and holding the
     GIL is measurably faster). Turn it on when other Python threads must run
-    during launches. Returns the previous setting."""
+    during launches. Returns the previous setting. Raises ArgumentTypeError
+    for anything but True or False (``"no"`` would otherwise turn it on)."""
     global _release_gil
+    if not isinstance(flag, (bool, np.bool_)):
+        raise ArgumentTypeError(f"set_release_gil: flag must be True or False, got {type(flag).__name__} "
+                                f"{flag!r:.40}")
     prev = _release_gil
-    _release_gil = flag
+    _release_gil = bool(flag)
     return prev
 
 
@@ -82,7 +93,7 @@ def get_release_gil():
 
 cdef Function make_function(CUfunction handle, str name, object module, Device device, object layout,
                             str layout_source, Lifetime module_life):
-    cdef Function f = Function.__new__(Function)
+    cdef Function f = Function.__new__(Function, kernel_token())
     f.init_kernel(handle, name, device, module_life)
     f.module = module
     import pycudadrv._driver as _drvmod
@@ -91,6 +102,19 @@ cdef Function make_function(CUfunction handle, str name, object module, Device d
     if layout is not None:
         f.layout.set(layout, layout_source)
     return f
+
+
+cdef void _free_kept(Function f) noexcept:
+    """Drop the scalar objects a generic launch kept (and the arena's readiness with them)."""
+    cdef int k
+    if f._keep != NULL:
+        for k in range(f._nkeep):
+            if f._keep[k] != NULL:
+                Py_DECREF(<object>f._keep[k])
+        free(f._keep)
+    f._keep = NULL
+    f._nkeep = 0
+    f._arena_ready = False
 
 
 cdef object _launch_error(CUresult r, str call, Function fn, const unsigned int* grid, const unsigned int* block,
@@ -193,44 +217,62 @@ def _timed(Stream s, launch, *args, **kwargs):
     return int(round(Event.elapsed_ms(start, end) * 1e6))
 
 
+cdef unsigned int shared_mem_arg(object v, str where) except? 0xFFFFFFFF:
+    """``shared_mem_bytes`` as given to bind() or LaunchConfig: an int in [0, 2**32)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ArgumentTypeError(f"{where}: shared_mem_bytes must be an int of bytes, got {type(v).__name__} "
+                                f"{v!r:.40}")
+    if not 0 <= v <= 0xFFFFFFFF:
+        raise ArgumentValueError(f"{where}: shared_mem_bytes must be in [0, 2**32-1] bytes, got {v!r:.40}")
+    return <unsigned int>v
+
+
 cdef class LaunchConfig:
     """Grid, block, dynamic shared memory and launch attributes of a kernel,
     validated once against the device and the kernel (the limits named in
-    :meth:`Function.launch`).
+    :meth:`Function.launch`). Made by ``fn.bind(...)`` (its ``config``), or
+    directly: ``LaunchConfig(fn, grid, block, shared_mem_bytes=0, ...)``
+    with the keywords of :meth:`Function.launch`.
 
-    Raises ArgumentValueError beyond a limit, NotSupportedError for clusters
-    or PDL below compute capability 9.0 or a cooperative launch the device
-    cannot do."""
+    Raises ArgumentTypeError when ``fn`` is not a Function, ArgumentValueError
+    beyond a limit, NotSupportedError for clusters or PDL below compute
+    capability 9.0 or a cooperative launch the device cannot do."""
 
-    def __init__(self, Function fn not None, grid, block, unsigned int shared_mem_bytes=0, *,
+    def __init__(self, fn=None, grid=None, block=None, shared_mem_bytes=0, *,
                  bint cooperative=False, cluster=None, bint programmatic_dependent=False):
-        fn.ensure_loaded()
+        if not isinstance(fn, Function):
+            raise ArgumentTypeError(f"LaunchConfig(fn, grid, block, shared_mem_bytes=0, ...) takes the Function "
+                                    f"first, got {type(fn).__name__}; a prepared launch's configuration is "
+                                    "fn.bind(grid, block).config")
+        cdef Function f = <Function>fn
+        cdef unsigned int shmem = shared_mem_arg(shared_mem_bytes, f"kernel '{f.name}'")
+        f.ensure_loaded()
         parse_dims(grid, self.grid, "grid", False)
         parse_dims(block, self.block, "block", False)
-        self.shared_mem_bytes = shared_mem_bytes
+        self.shared_mem_bytes = shmem
         self.cooperative = cooperative
         self.programmatic = programmatic_dependent
         self.cluster[0] = self.cluster[1] = self.cluster[2] = 1
         if cluster is not None:
             parse_dims(cluster, self.cluster, "cluster", False)
-        validate_config(fn, self.grid, self.block, shared_mem_bytes)
-        cdef Device dev = fn.device
+        validate_config(f, self.grid, self.block, shmem)
+        cdef Device dev = f.device
         cdef int k
         if self.cluster[0] * self.cluster[1] * self.cluster[2] > 1 or programmatic_dependent:
             if dev.cc_major < 9:
                 raise NotSupportedError(
-                    f"kernel '{fn.name}': thread-block clusters and programmatic dependent launch need compute "
+                    f"kernel '{f.name}': thread-block clusters and programmatic dependent launch need compute "
                     f"capability 9.0 or newer; device {dev.ordinal} is {dev.cc_major}.{dev.cc_minor}")
             for k in range(3):
                 if self.grid[k] % self.cluster[k]:
-                    raise ArgumentValueError(f"kernel '{fn.name}': grid ({self.grid[0]}, {self.grid[1]}, "
+                    raise ArgumentValueError(f"kernel '{f.name}': grid ({self.grid[0]}, {self.grid[1]}, "
                                              f"{self.grid[2]}) is not a multiple of cluster ({self.cluster[0]}, "
                                              f"{self.cluster[1]}, {self.cluster[2]})")
         if cooperative:
-            limit = fn.max_cooperative_grid(self.block, shared_mem_bytes)
+            limit = f.max_cooperative_grid(self.block, shmem)
             nblocks = <unsigned long long>self.grid[0] * self.grid[1] * self.grid[2]
             if nblocks > limit:
-                raise ArgumentValueError(f"kernel '{fn.name}': cooperative launch of {nblocks} blocks exceeds the "
+                raise ArgumentValueError(f"kernel '{f.name}': cooperative launch of {nblocks} blocks exceeds the "
                                          f"{limit} that can be resident at once on device {dev.ordinal}")
         self.use_ex = cooperative or programmatic_dependent or (self.cluster[0] * self.cluster[1] * self.cluster[2] > 1)
 
@@ -250,7 +292,8 @@ cdef class LaunchConfig:
         return self.shared_mem_bytes
 
     def __repr__(self):
-        return (f"<LaunchConfig grid={self.grid} block={self.block} shared_mem_bytes={self.shared_mem_bytes}"
+        g, b = (self.grid[0], self.grid[1], self.grid[2]), (self.block[0], self.block[1], self.block[2])
+        return (f"<LaunchConfig grid={g} block={b} shared_mem_bytes={self.shared_mem_bytes}"
                 f"{' cooperative' if self.cooperative else ''}{' pdl' if self.programmatic else ''}>")
 
 
@@ -270,26 +313,20 @@ cdef class Function(KernelBase):
     kernel-parameter rules in the docs for which Python value becomes which bytes.
     """
 
-    def __cinit__(self):
+    def __cinit__(self, *args, **kwargs):
         pycudadrv_arena_init(&self._arena)
         self._arena_ready = False
         self._keep = NULL
         self._nkeep = 0
 
     def __dealloc__(self):
-        self._drop_cache()
+        # No cdef method here: when KernelBase.__cinit__ refuses (no token) the object is
+        # freed before its Function vtable is set.
+        _free_kept(self)
         pycudadrv_arena_release(&self._arena)
 
     cdef int _drop_cache(self) except -1:
-        cdef int k
-        if self._keep != NULL:
-            for k in range(self._nkeep):
-                if self._keep[k] != NULL:
-                    Py_DECREF(<object>self._keep[k])
-            free(self._keep)
-        self._keep = NULL
-        self._nkeep = 0
-        self._arena_ready = False
+        _free_kept(self)
         return 0
 
     def __init__(self, *args, **kwargs):
@@ -469,7 +506,7 @@ cdef class Function(KernelBase):
 
     launch_timed = launch_timed_ns
 
-    def bind(self, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None,
+    def bind(self, grid, block, *args, shared_mem_bytes=0, stream=None,
              bint cooperative=False, cluster=None, bint programmatic_dependent=False):
         """A :class:`PreparedLaunch` of this kernel with a fixed configuration.
 

@@ -101,13 +101,15 @@ def loop_kernel(device, str name):
 
 class Condition:
     """``value[index] OP threshold`` on the device, the stopping rule of a
-    :class:`DeviceLoop` (made by :func:`when`)."""
+    :class:`DeviceLoop` (made by :func:`when`, or the same arguments given
+    to ``Condition``). Raises as :func:`when`."""
 
-    def __init__(self, buffer, op, threshold, index=0):
+    def __init__(self, buffer=None, op=None, threshold=None, index=0):
         if not isinstance(buffer, Buffer):
-            raise ArgumentTypeError(f"when(): the condition value must be a pycudadrv Buffer (or view), got "
-                                    f"{type(buffer).__name__}")
-        if op not in LOOP_OPS:
+            raise ArgumentTypeError(f"when(buffer, op, threshold): the condition value must be a pycudadrv Buffer "
+                                    f"(or view), got {type(buffer).__name__}; conditions come from "
+                                    "pycudadrv.when(buffer, op, threshold)")
+        if not isinstance(op, str) or op not in LOOP_OPS:
             raise ArgumentValueError(f"when(): op must be one of {sorted(LOOP_OPS)}, got {op!r}")
         dt = buffer.dtype
         if dt is None:
@@ -136,13 +138,18 @@ class Condition:
 
     @property
     def kernel_name(self):
+        # (getattr: a Condition made by Condition.__new__ has no fields)
+        if getattr(self, "dtype", None) is None or getattr(self, "op", None) is None:
+            raise StateError("this Condition is not initialised: make one with pycudadrv.when(buffer, op, threshold)")
         return f"pycudadrv_loop_until_{self.dtype.name}_{LOOP_OPS[self.op]}"
 
     def __repr__(self):
+        if getattr(self, "buffer", None) is None:
+            return "<Condition (not initialised)>"
         return f"when({self.buffer!r}[{self.index}] {self.op} {self.threshold!r})"
 
 
-def when(buffer, str op, threshold, index=0):
+def when(buffer, op, threshold, index=0):
     """The condition ``buffer[index] OP threshold`` for
     ``stream.loop(until=...)``: the loop stops after the first iteration at
     whose end it holds. ``buffer`` is a typed Buffer (float32, float64, int32,
@@ -231,6 +238,9 @@ cdef class DeviceLoop(CapturedGraph):
         cdef CUgraphNodeParams params
         cdef CUgraphNode node = NULL
         cdef unsigned int default = 1 if self.max_iterations > 0 else 0
+        if self._state is None:
+            raise StateError("this DeviceLoop is not initialised: make one with stream.loop(times=N) or "
+                             "stream.loop(until=when(...), max_iterations=M)")
         if self._graph != NULL or self._exec != NULL or self._closed:
             raise StateError("this DeviceLoop was already built; call stream.loop() again")
         s.device.activate()
@@ -298,6 +308,8 @@ cdef class DeviceLoop(CapturedGraph):
         return 0
 
     def _state_words(self):
+        if self._state is None:
+            raise StateError("this DeviceLoop is not initialised: make one with stream.loop(...)")
         return self._state.to_numpy(stream=self._stream)
 
     @property

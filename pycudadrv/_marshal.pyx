@@ -15,7 +15,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, peer_enabled
 from pycudadrv._stream cimport Stream
 from pycudadrv._memory cimport Buffer
-from pycudadrv._interop cimport cai_data_pointer, cai_is_contiguous
+from pycudadrv._interop cimport read_cai, cai_data_pointer, cai_geometry, cai_is_contiguous
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
@@ -26,10 +26,15 @@ __all__ = ["ParamKind", "ParamLayout", "pack_arguments", "data_pointer", "PARAM_
 #: Bytes of kernel parameters every driver accepts, and what CUDA 12.1+ drivers accept on Volta and newer.
 PARAM_LIMIT_CLASSIC = 4096
 PARAM_LIMIT_LARGE = 32764
-#: The largest finite float32 (values beyond it would become inf).
+#: The largest finite float32. A double up to half a unit in the last place beyond it still rounds to it
+#: (3.4028235e38 is FLOAT32_MAX as a float32); only magnitudes of 2**128 - 2**103 or more become inf.
 FLOAT32_MAX = 3.4028234663852886e38
-cdef double _F32_MAX = FLOAT32_MAX
-cdef double _F16_LIMIT = 65520.0      # half-precision values at or beyond this round to inf
+# The largest double float32 rounds to a finite value: the next one up is 2**128 - 2**103, which rounds to inf.
+# (Compared with <=, as a bound that is itself finite, it costs no more than FLOAT32_MAX did.)
+cdef double _F32_FINITE = 3.4028235677973362e38
+cdef double _F16_LIMIT = 65520.0                 # 65504 + 16: half precision rounds this and beyond to inf
+# Creating a ParamLayout takes this token (new_layout passes it): one made any other way would crash on use.
+cdef object _TOKEN = object()
 
 cdef tuple KIND_TEXT = ("parameter", "integer parameter", "unsigned integer parameter",
                         "floating-point parameter", "pointer parameter", "struct/bytes parameter",
@@ -89,7 +94,7 @@ cdef inline int _np_index(object a) noexcept:
 
 
 cdef ParamLayout new_layout(str name, Device device, size_t limit):
-    cdef ParamLayout lay = ParamLayout.__new__(ParamLayout)
+    cdef ParamLayout lay = ParamLayout.__new__(ParamLayout, _TOKEN)
     lay.name = name
     lay.device = device
     lay.limit = limit
@@ -104,17 +109,22 @@ cdef class ParamLayout:
     """A kernel's parameter layout as the marshaller uses it (internal; see
     :attr:`Function.param_layout` for the public view)."""
 
+    def __cinit__(self, *args, **kwargs):
+        if len(args) != 1 or args[0] is not _TOKEN:
+            raise ArgumentTypeError("ParamLayout objects are made by Module.function(); read a kernel's layout "
+                                    "from Function.param_layout")
+        self.n = -1
+
     def __dealloc__(self):
         if self.specs != NULL:
             free(self.specs)
             self.specs = NULL
 
     cdef int set(self, object layout, str source) except -1:
+        from pycudadrv._signature import check_layout     # lazy: _signature is built on this module
+        layout = check_layout(layout, self.name, self.limit)
         cdef int n = len(layout)
         cdef int k
-        for k, prm in enumerate(layout):
-            if not (0 <= prm.kind <= INTEGER) or prm.size <= 0 or prm.size > PARAM_LIMIT_LARGE or prm.offset < 0:
-                raise ArgumentValueError(f"kernel '{self.name}': invalid parameter #{k} in layout: {prm!r}")
         cdef ParamSpec* p = <ParamSpec*>malloc(max(n, 1) * sizeof(ParamSpec))
         if p == NULL:
             raise MemoryError()
@@ -136,15 +146,28 @@ cdef class ParamLayout:
         return 0
 
 
+cdef str _bounded_repr(object v, Py_ssize_t limit=40):
+    """repr(v), cut to ``limit`` characters; never raises (a huge int, a broken __repr__)."""
+    try:
+        r = repr(v)
+    except ValueError:      # an int beyond sys.get_int_max_str_digits()
+        return f"<an int of {v.bit_length()} bits>" if isinstance(v, int) else f"<{type(v).__name__} object>"
+    except Exception:  # noqa: BLE001 -- a message must never fail
+        return f"<{type(v).__name__} object>"
+    return r[:limit].replace("\n", " ")
+
+
 cdef str describe_value(object a):
     if isinstance(a, Buffer):
         return f"Buffer({(<Buffer>a)._nbytes} bytes)"
     if isinstance(a, np.generic):
-        return f"{type(a).__name__}({a!r})" if not isinstance(a, np.void) else f"struct {a.dtype}"
+        return f"{type(a).__name__}({_bounded_repr(a, 80)})" if not isinstance(a, np.void) else f"struct {a.dtype}"
     if isinstance(a, (bytes, bytearray, memoryview)):
-        return f"{type(a).__name__}[{len(a)}]"
-    r = repr(a)
-    return f"{type(a).__name__} {r[:40]}"
+        try:
+            return f"{type(a).__name__}[{len(a)}]"
+        except ValueError:
+            return f"{type(a).__name__} (released)"
+    return f"{type(a).__name__} {_bounded_repr(a)}"
 
 
 cdef str args_summary(tuple args):
@@ -180,6 +203,19 @@ cdef int _int_range_error(ParamLayout lay, Py_ssize_t i, ParamSpec* p, object a)
     raise _arg_error(lay, i, p, a, f"value out of range for a {bits}-bit {sign}integer {rng}")
 
 
+cdef int _pack_int128(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
+    """A Python int into a 16-byte INT (``__int128``) or UINT (``unsigned __int128``) parameter."""
+    if p.kind == INT:
+        ok = -(1 << 127) <= a < (1 << 127)
+    else:
+        ok = 0 <= a < (1 << 128)
+    if not ok:
+        return _int_range_error(lay, i, p, a)
+    raw = int(a).to_bytes(16, "little", signed=a < 0)
+    memcpy(dst, <const char*>raw, 16)
+    return 0
+
+
 cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
     cdef int overflow = 0
     cdef long long v = PyLong_AsLongLongAndOverflow(a, &overflow)
@@ -198,8 +234,10 @@ cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsign
                          "scalar or bytes of the exact size")
     if kind == POINTER and (overflow < 0 or (overflow == 0 and v < 0)):
         raise _arg_error(lay, i, p, a, "a raw device pointer must be >= 0")
-    if overflow > 0:
-        if size != 8 or kind == INT:
+    if overflow != 0:       # beyond a long long (the checks below cost the common case nothing)
+        if size == 16 and (kind == INT or kind == UINT):
+            return _pack_int128(a, lay, i, p, dst)
+        if overflow < 0 or size != 8 or kind == INT:
             return _int_range_error(lay, i, p, a)
         try:
             u = PyLong_AsUnsignedLongLong(a)
@@ -207,8 +245,6 @@ cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsign
             return _int_range_error(lay, i, p, a)
         memcpy(dst, &u, 8)
         return 0
-    if overflow < 0:
-        return _int_range_error(lay, i, p, a)
     # range of the width: signed for INT, unsigned for UINT/POINTER, either for ANY/INTEGER
     cdef long long lo, hi
     if size == 1:
@@ -220,6 +256,8 @@ cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsign
     elif size == 8:
         lo = INT64_MIN if kind != UINT else 0
         hi = 9223372036854775807LL
+    elif size == 16 and (kind == INT or kind == UINT):
+        return _pack_int128(a, lay, i, p, dst)
     else:
         raise _arg_error(lay, i, p, a, "a Python int fits 1-, 2-, 4- or 8-byte parameters only")
     if v < lo or v > hi:
@@ -241,8 +279,8 @@ cdef int _pack_float(double x, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsi
     cdef int kind = p.kind
     if kind == FLOAT or kind == ANY:
         if p.size == 4:
-            if x != x or -_F32_MAX <= x <= _F32_MAX or x == x * 2:
-                f = <float>x  # NaN, in range, or +-inf: representable
+            if x != x or -_F32_FINITE <= x <= _F32_FINITE or x == x * 2:
+                f = <float>x  # NaN, finite once rounded, or +-inf: representable
             else:
                 raise _arg_error(lay, i, p, a, "value out of range for a 32-bit float (it would become inf)",
                                  ArgumentTypeError)
@@ -282,7 +320,7 @@ cdef int _pack_bytes(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsi
         raise _arg_error(lay, i, p, a, "raw bytes fit struct parameters only")
     try:
         PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
-    except (BufferError, ValueError) as e:
+    except (BufferError, ValueError, TypeError) as e:
         raise _arg_error(lay, i, p, a, f"cannot read its bytes ({e})") from None
     try:
         if <size_t>view.len != p.size:
@@ -304,10 +342,11 @@ cdef int _ensure_buffer_open(Buffer b, ParamLayout lay, Py_ssize_t i) except -1:
 cdef uint64_t _cai_pointer(object a, object cai, ParamLayout lay, Py_ssize_t i, ParamSpec* p) except? 0:
     try:
         ptr = <uint64_t>cai_data_pointer(cai)
+        contiguous = cai_is_contiguous(cai)
     except ArgumentValueError as e:
         raise _arg_error(lay, i, p, a, str(e)) from None
-    if not cai_is_contiguous(cai):
-        raise _arg_error(lay, i, p, a, f"strided memory (shape {tuple(cai.get('shape', ()))}, strides "
+    if not contiguous:
+        raise _arg_error(lay, i, p, a, f"strided memory (shape {tuple(cai['shape'])}, strides "
                          f"{tuple(cai['strides'])} bytes) would be read as contiguous; pass a contiguous copy "
                          "(x.contiguous() in PyTorch, cupy.ascontiguousarray(x)), or, if the kernel handles the "
                          "strides itself, pycudadrv.data_pointer(x, strided=True)")
@@ -325,14 +364,22 @@ def data_pointer(obj, *, bint strided=False):
     if isinstance(obj, Buffer):
         (<Buffer>obj).ensure_open()
         return (<Buffer>obj)._ptr
-    cai = getattr(obj, "__cuda_array_interface__", None)
+    try:
+        cai = read_cai(obj)
+    except ArgumentTypeError as e:
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e.__cause__
     if cai is None:
         raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} has no __cuda_array_interface__")
     try:
         ptr = cai_data_pointer(cai)
+        if strided:
+            cai_geometry(cai)
+            contiguous = True
+        else:
+            contiguous = cai_is_contiguous(cai)
     except ArgumentValueError as e:
         raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e
-    if not strided and not cai_is_contiguous(cai):
+    if not contiguous:
         raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} is strided (strides {tuple(cai['strides'])}); "
                                 "pass strided=True if the kernel handles the strides")
     return ptr
@@ -356,6 +403,9 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
         # The kind is known (PTX or a signature): a float scalar for an integer or pointer
         # parameter, or an integer scalar for a float one, is a mistake, not a bit pattern.
         dkind = a.dtype.kind
+        if dkind in "fc" and a.dtype.itemsize > (8 if dkind == "f" else 16):
+            raise _arg_error(lay, i, p, a, f"a numpy {a.dtype} scalar (long double) has no CUDA equivalent, and "
+                             "its padding bytes are undefined; convert it to np.float64 (or np.complex128)")
         if p.kind not in (BYTES, ANY) and dkind not in "biufc":
             raise _arg_error(lay, i, p, a, f"a numpy {a.dtype} scalar fits struct parameters only")
         is_float = dkind in "fc"
@@ -387,6 +437,10 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
             raise _arg_error(lay, i, p, a, "a complex value needs an 8- or 16-byte struct parameter")
         re, im = a.real, a.imag
         if p.size == 8:
+            if not ((re != re or -_F32_FINITE <= re <= _F32_FINITE or re == re * 2) and
+                    (im != im or -_F32_FINITE <= im <= _F32_FINITE or im == im * 2)):
+                raise _arg_error(lay, i, p, a, "value out of range for two 32-bit floats (a part would become "
+                                 "inf)", ArgumentTypeError)
             fre, fim = <float>re, <float>im
             memcpy(dst, &fre, 4)
             memcpy(dst + 4, &fim, 4)
@@ -396,7 +450,10 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
             memcpy(dst + 8, &im, 8)
             return 0
         raise _arg_error(lay, i, p, a, "a complex value needs an 8- or 16-byte struct parameter")
-    cai = getattr(a, "__cuda_array_interface__", None)
+    try:
+        cai = read_cai(a)
+    except ArgumentTypeError as e:
+        raise _arg_error(lay, i, p, a, str(e)) from e.__cause__
     if cai is not None:
         return _pack_pointer(_cai_pointer(a, cai, lay, i, p), lay, i, p, dst, a)
     if hasattr(a, "__dlpack__"):
@@ -430,7 +487,7 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
     if t is float:
         x = PyFloat_AS_DOUBLE(a)
         if p.kind == FLOAT or p.kind == ANY:
-            if p.size == 4 and -_F32_MAX <= x <= _F32_MAX:
+            if p.size == 4 and -_F32_FINITE <= x <= _F32_FINITE:
                 f = <float>x
                 memcpy(dst, &f, 4)
                 return 0
@@ -453,21 +510,36 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
             ((p.kind == FLOAT) == _np_is_float[k] and not _np_is_complex[k])):
         memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])   # bit for bit: the dtype was chosen
         return 0
-    return _pack_slow(a, lay, i, p, dst)
+    return _slow_path(a, lay, i, p, dst)     # out of line: its checks never weigh on the fast paths above
+
+
+# pack_arg calls the slow path through this pointer, so the C compiler cannot inline it: inlined, its
+# many checks cost pack_arg's fast paths a larger stack frame and register spills on every call.
+cdef int (*_slow_path)(object, ParamLayout, Py_ssize_t, ParamSpec*, unsigned char*) except -1
+_slow_path = _pack_slow
 
 
 cdef int _infer_spec(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p) except -1:
     """Layout unknown: take the parameter's size from a sized value."""
     cdef Py_buffer view
     p.offset = 0
-    if a is None or isinstance(a, Buffer) or hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack__"):
+    if a is None or isinstance(a, Buffer) or read_cai(a) is not None or hasattr(a, "__dlpack__"):
         p.kind = POINTER
         p.size = 8
         return 0
     if isinstance(a, np.generic) or isinstance(a, (bytes, bytearray, memoryview)):
-        PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
+        if isinstance(a, np.generic) and a.dtype.kind in "fc" and a.dtype.itemsize > (8 if a.dtype.kind == "f"
+                                                                                       else 16):
+            raise _arg_error(lay, i, NULL, a, f"a numpy {a.dtype} scalar (long double) has no CUDA equivalent; "
+                             "convert it to np.float64 (or np.complex128)")
+        try:
+            PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
+        except (BufferError, ValueError, TypeError) as e:
+            raise _arg_error(lay, i, NULL, a, f"cannot read its bytes ({e})") from None
         p.size = view.len
         PyBuffer_Release(&view)
+        if p.size == 0:
+            raise _arg_error(lay, i, NULL, a, "a value of 0 bytes cannot be a kernel parameter")
         p.kind = BYTES
         return 0
     raise ArgumentTypeError(
@@ -561,34 +633,48 @@ cdef int _check_param_space(ParamLayout lay, ParamSpec* specs, Py_ssize_t n, bin
     cdef size_t end = 0, off = 0
     cdef Py_ssize_t k
     cdef size_t al
+    cdef size_t cap = (<size_t>1) << 62   # sizes are at most 2**63 (a Py_ssize_t): no sum below wraps
     for k in range(n):
         if place:
             al = 8 if specs[k].size >= 8 else (specs[k].size if specs[k].size in (1, 2, 4) else 8)
             off = (off + al - 1) // al * al
             specs[k].offset = off
-            off += specs[k].size
-        end = max(end, specs[k].offset + specs[k].size)
+            off = min(off + specs[k].size, cap)
+        if specs[k].offset > cap or specs[k].size > cap:
+            end = cap       # only a layout made by hand gets here; far beyond any limit
+        else:
+            end = max(end, specs[k].offset + specs[k].size)
     if end > lay.limit:
+        end_bytes = max(int(specs[k].offset) + int(specs[k].size) for k in range(n))    # exact, never wrapped
         rows = ", ".join(f"#{k}: offset {specs[k].offset} size {specs[k].size}" for k in range(min(n, 32)))
         if n > 32:
             rows += f", ... ({n - 32} more)"
-        raise ArgumentValueError(f"kernel '{lay.name}': {end} bytes of parameters exceed the driver's limit of "
+        raise ArgumentValueError(f"kernel '{lay.name}': {end_bytes} bytes of parameters exceed the driver's limit of "
                                  f"{lay.limit} bytes ({rows})")
     return 0
 
 
 def pack_arguments(layout, args, name="kernel"):
-    """Marshal ``args`` for a parameter ``layout`` (list of ``_signature.Param``,
-    or a signature string) exactly as a launch would, without a GPU.
+    """Marshal ``args`` for a parameter ``layout`` (a signature string, a
+    sequence of type names / numpy dtypes, or a list of ``_signature.Param``)
+    exactly as a launch would, without a GPU.
 
     Returns ``(params, slot_addresses, spilled)``: the bytes each parameter
     receives, the address of each one's arena slot (16-byte aligned), and
-    whether the arena spilled to the heap. Raises as :meth:`Function.launch`.
-    Used by the CPU tests of the marshalling layer.
+    whether the arena spilled to the heap. Raises as :meth:`Function.launch`;
+    ArgumentTypeError for a ``layout`` or ``args`` that is not a sequence, a
+    layout that mixes Params and type names, or a ``name`` that is not a str;
+    ArgumentValueError for a Param out of range. Used by the CPU tests of the
+    marshalling layer.
     """
-    if isinstance(layout, str) or (layout and not (hasattr(layout[0], "kind") and hasattr(layout[0], "offset"))):
-        from pycudadrv._signature import parse_signature   # the one upward import (a string layout)
-        layout = parse_signature(layout)
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"pack_arguments: name must be a str, got {type(name).__name__}")
+    from pycudadrv._signature import as_layout   # the one upward import (a signature to parse)
+    layout = as_layout(layout, name)
+    if isinstance(args, (str, bytes, bytearray, dict)) or not hasattr(args, "__iter__"):
+        raise ArgumentTypeError(f"kernel '{name}': args must be a sequence of values (a list or tuple), got "
+                                f"{type(args).__name__} {_bounded_repr(args)}")
+    args = tuple(args)
     cdef ParamLayout lay = new_layout(name, None, PARAM_LIMIT_LARGE)
     lay.set(layout, "signature")
     if len(args) != lay.n:
@@ -598,7 +684,7 @@ def pack_arguments(layout, args, name="kernel"):
     cdef void** kp
     pycudadrv_arena_init(&arena)
     try:
-        kp = marshal(&arena, lay, tuple(args), lay.specs)
+        kp = marshal(&arena, lay, args, lay.specs)
         out = [(<char*>kp[k])[:lay.specs[k].size] for k in range(lay.n)]
         addrs = [<uintptr_t>kp[k] for k in range(lay.n)]
         spilled = bool(pycudadrv_arena_is_spilled(&arena))

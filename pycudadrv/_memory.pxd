@@ -35,3 +35,6 @@ cdef class Buffer:
     cdef _host_view(self, obj, bint writable, name)
     cdef Stream _copy_stream(self, object stream)
     cdef int _release(self, bint raise_errors, bint in_dealloc) except -1
+
+# A new, empty Buffer for a factory to fill in (Buffer() and Buffer.__new__ are refused).
+cdef Buffer new_buffer()

@@ -11,7 +11,7 @@ from pycudadrv._device cimport Device, get_device, as_device
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, check_not_capturing, forbidding_capture,
                                 order_after)
 from pycudadrv._host cimport HostBuffer, is_pinned
-from pycudadrv._dlpack cimport export_capsule
+from pycudadrv._dlpack cimport export_capsule, check_export_request
 
 import numpy as np
 from pycudadrv._host import shape_and_nbytes
@@ -45,8 +45,15 @@ cdef int _configure_pool(Device dev) except -1:
     return 0
 
 
+cdef object _TOKEN = object()   # only new_buffer() makes Buffers: one made otherwise would crash on use
+
+
+cdef Buffer new_buffer():
+    return Buffer.__new__(Buffer, _TOKEN)
+
+
 cdef Buffer _new_view(Buffer parent, CUdeviceptr ptr, size_t nbytes, object dtype, object shape):
-    cdef Buffer v = Buffer.__new__(Buffer)
+    cdef Buffer v = new_buffer()
     v.device = parent.device
     v._stream = parent._stream
     v._root = parent._root
@@ -132,17 +139,16 @@ cdef class Buffer:
     Exposes ``__cuda_array_interface__`` (version 3) and DLPack.
     """
 
-    def __cinit__(self):
+    def __cinit__(self, *args, **kwargs):
+        if len(args) != 1 or args[0] is not _TOKEN:
+            raise ArgumentTypeError("create Buffers with Buffer.empty(), Buffer.zeros(), Buffer.from_numpy() or "
+                                    "asbuffer()")
         self._ptr = 0
         self._nbytes = 0
         self._owned = False
         self._closed = False
         self._root = None
         self._holds = 0
-
-    def __init__(self, *args, **kwargs):
-        raise ArgumentTypeError("create Buffers with Buffer.empty(), Buffer.zeros(), Buffer.from_numpy() or "
-                                "asbuffer()")
 
     @staticmethod
     def empty(shape, dtype=None, *, device=None, stream=None, bint async_alloc=True):
@@ -168,7 +174,7 @@ cdef class Buffer:
         if s.device is not None and s.device.ordinal != dev.ordinal:
             raise ArgumentValueError(f"Buffer.empty: stream belongs to device {s.device.ordinal}, "
                                      f"not device {dev.ordinal}")
-        cdef Buffer b = Buffer.__new__(Buffer)
+        cdef Buffer b = new_buffer()
         b.device = dev
         b._stream = s
         b._root = b
@@ -598,7 +604,7 @@ cdef class Buffer:
         Raises ArgumentValueError when ``shape`` x the item size is not
         exactly ``nbytes`` (or ``nbytes`` is not a multiple of it)."""
         self.ensure_open()
-        dt = np.dtype(dtype) if dtype is not None else None
+        _, dt, _ = shape_and_nbytes((), dtype)
         itemsize = dt.itemsize if dt is not None else 1
         if shape is None:
             if self._nbytes % itemsize:
@@ -643,11 +649,7 @@ cdef class Buffer:
         Raises ArgumentValueError for ``copy=True`` or a ``dl_device`` other
         than this buffer's, ClosedError for a closed buffer."""
         self.ensure_open()
-        if copy:
-            raise ArgumentValueError("Buffer.__dlpack__: copy=True is not supported (export is zero-copy)")
-        if dl_device is not None and tuple(dl_device) != (KDL_CUDA, self.device.ordinal):
-            raise ArgumentValueError(f"Buffer.__dlpack__: buffer lives on {(KDL_CUDA, self.device.ordinal)}, "
-                                     f"not {tuple(dl_device)}")
+        check_export_request(stream, dl_device, copy, self.device.ordinal)
         cdef Stream consumer
         if stream is not None and stream != -1:
             consumer = Stream.from_handle(int(stream), self.device)

@@ -10,7 +10,7 @@ from pycudadrv._driver cimport driver, check, make_error, Lifetime, warn_dealloc
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport Stream
-from pycudadrv._memory cimport Buffer
+from pycudadrv._memory cimport Buffer, new_buffer
 from pycudadrv._launch cimport Function, make_function
 
 import json
@@ -33,13 +33,35 @@ _PTX_GLOBAL_RE = re.compile(r"\.(?:global|const)\s+(?:\.align\s+\d+\s+)?\.[a-z]+
                             r"(?:\[(\d*)\])?")
 
 
+# Modules are made only by Module._load (which passes this token).
+cdef object _TOKEN = object()
+
+
+cdef bytes _image_bytes(object image, str where):
+    """The bytes of a module image given as bytes-like or str (PTX text)."""
+    if isinstance(image, str):
+        try:
+            return image.encode()
+        except UnicodeEncodeError as e:
+            raise ArgumentValueError(f"{where}: the PTX text cannot be encoded as UTF-8 ({e})") from None
+    try:
+        return bytes(memoryview(image))
+    except TypeError:
+        raise ArgumentTypeError(f"{where}: a module image is bytes-like (CUBIN, fatbin, PTX) or a str (PTX) or an "
+                                f"ObjectCode, got {type(image).__name__}") from None
+
+
 def image_kind(image):
     """``"cubin"`` (ELF, ``\\x7fELF``), ``"fatbin"`` (magic 0xBA55ED50) or
-    ``"ptx"`` (text) from the first bytes of a module image.
+    ``"ptx"`` (text) from the first bytes of a module image (bytes-like, or
+    a str of PTX).
 
-    Raises ArgumentValueError for an empty image or binary data that is neither."""
+    Raises ArgumentTypeError for anything else, ArgumentValueError for an
+    empty image or binary data that is neither."""
+    if not isinstance(image, (bytes, str)):
+        image = _image_bytes(image, "image_kind")
     if isinstance(image, str):
-        image = image.encode()
+        image = image[:4096].encode(errors="surrogatepass")
     b = bytes(image[:4])
     if not b.strip(b"\0"):
         raise ArgumentValueError("empty module image" if not b else "module image starts with NUL bytes: not "
@@ -59,7 +81,7 @@ def image_kind(image):
 def _layout_info(ptx, source_decls):
     """The bytes, besides the image, that decide the parameter layouts (part of the cache key)."""
     if ptx is not None and not isinstance(ptx, (bytes, bytearray)):
-        ptx = str(ptx).encode()
+        ptx = str(ptx).encode(errors="surrogatepass")
     decls = json.dumps(sorted((k, [list(p) if p else None for p in v]) for k, v in (source_decls or {}).items()),
                        default=int)
     return (bytes(ptx) if ptx else b"") + b"\0" + decls.encode()
@@ -90,6 +112,9 @@ def load_module(image, *, device=None, ptx=None, source_decls=None):
 
     Raises
     ------
+    ArgumentTypeError
+        ``image`` is not bytes-like, a str or an ObjectCode; ``ptx`` or
+        ``source_decls`` of the wrong type.
     ArgumentValueError
         The image is empty or not PTX/CUBIN/fatbin.
     CudaError
@@ -103,9 +128,13 @@ def load_module(image, *, device=None, ptx=None, source_decls=None):
         lowered = getattr(image, "lowered_names", None)
         source_decls = source_decls if source_decls is not None else getattr(image, "source_decls", None)
         image = image.image
-    if isinstance(image, str):
-        image = image.encode()
-    data = bytes(image)
+    data = _image_bytes(image, "load_module")
+    if ptx is not None and not isinstance(ptx, (str, bytes, bytearray)):
+        raise ArgumentTypeError(f"load_module: ptx must be the PTX text (str or bytes) or None, got "
+                                f"{type(ptx).__name__}")
+    if source_decls is not None and not isinstance(source_decls, dict):
+        raise ArgumentTypeError(f"load_module: source_decls must be a dict (ObjectCode.source_decls) or None, got "
+                                f"{type(source_decls).__name__}")
     kind = image_kind(data)
     cdef Device dev = as_device(device)
     info = _layout_info(ptx, source_decls)
@@ -141,12 +170,13 @@ cdef class Module:
     ``compile(...).load()``; ``module.function(name)`` looks up a kernel,
     ``module.get_global(name)`` a ``__device__`` or ``__constant__`` variable."""
 
-    def __init__(self, *args, **kwargs):
-        raise ArgumentTypeError("Modules come from pycudadrv.load_module(image) or compile(...).load()")
+    def __cinit__(self, *args, **kwargs):
+        if len(args) != 1 or args[0] is not _TOKEN:
+            raise ArgumentTypeError("Modules come from pycudadrv.load_module(image) or compile(...).load()")
 
     @staticmethod
     def _load(bytes data, str kind, Device dev, h, ptx, source_decls, bytes info):
-        cdef Module m = Module.__new__(Module)
+        cdef Module m = Module.__new__(Module, _TOKEN)
         cdef pycudadrv_driver_api* d = driver()
         cdef bytes payload = data + b"\0" if kind == "ptx" else data
         cdef char* errlog = <char*>malloc(LOG_BYTES)
@@ -284,7 +314,7 @@ cdef class Module:
         dt = np.dtype(dtype) if dtype is not None else None
         if dt is not None and nbytes % dt.itemsize:
             raise ArgumentValueError(f"global {name!r} has {nbytes} bytes, not a whole number of {dt} elements")
-        cdef Buffer b = Buffer.__new__(Buffer)
+        cdef Buffer b = new_buffer()
         b.device = self.device
         b._stream = <Stream>self.device.default_stream
         b._root = b
@@ -397,6 +427,8 @@ cdef class Module:
         check(driver().p_cuModuleUnload(self._handle), "cuModuleUnload")
 
     def __repr__(self):
+        if self._life is None or self.device is None or self.image is None:
+            return "<Module (not loaded)>"
         state = "unloaded" if self._life.ended else "loaded"
         return (f"<Module {self.kind}, {len(self.image)} bytes, fnv1a64=0x{self.hash:016x}, "
                 f"device {self.device.ordinal}, {state}>")

@@ -38,15 +38,20 @@ cdef class PreparedLaunch:
         self.n = 0
         self._watch = []
 
-    def __init__(self, Function fn not None, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None,
+    def __init__(self, fn=None, grid=None, block=None, *args, shared_mem_bytes=0, stream=None,
                  bint cooperative=False, cluster=None, bint programmatic_dependent=False):
         cdef int k
-        cdef ParamLayout lay = fn.layout
-        self.fn = fn
-        self.config = LaunchConfig(fn, grid, block, shared_mem_bytes, cooperative=cooperative, cluster=cluster,
-                                   programmatic_dependent=programmatic_dependent)
-        self._stream = <Stream>fn.device.default_stream if stream is None else resolve_stream(stream, fn.device)
-        self._stream.ensure_open()
+        if not isinstance(fn, Function):
+            raise ArgumentTypeError(f"PreparedLaunch objects come from fn.bind(grid, block, *args) (or "
+                                    f"PreparedLaunch(fn, grid, block, *args) with a Function fn), got "
+                                    f"{type(fn).__name__} for fn")
+        cdef Function f = <Function>fn
+        cdef ParamLayout lay = f.layout
+        config = LaunchConfig(f, grid, block, shared_mem_bytes, cooperative=cooperative, cluster=cluster,
+                              programmatic_dependent=programmatic_dependent)
+        cdef Stream s = <Stream>f.device.default_stream if stream is None else resolve_stream(stream, f.device)
+        s.ensure_open()
+        self.fn, self.config, self._stream = f, config, s
         if lay.n >= 0:
             self.n = lay.n
             if args and len(args) != self.n:
@@ -174,7 +179,7 @@ cdef class PreparedLaunch:
         """Launch with the arguments bound now (``cuLaunchKernel``)."""
         self._launch()
 
-    def launch_on(self, stream not None):
+    def launch_on(self, stream):
         """Launch once, with the arguments bound now, on ``stream`` instead of
         the bound one (``cuLaunchKernel``), for schedulers that pick the stream
         per launch (:class:`pycudadrv.Queue`, :mod:`pycudadrv.aio`). ``stream``
@@ -187,6 +192,8 @@ cdef class PreparedLaunch:
         cdef object o
         if fn is None:
             raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
+        if stream is None:
+            raise ArgumentTypeError(f"kernel '{fn.name}': launch_on needs a Stream (launch() uses the bound one)")
         s = resolve_stream(stream, fn.device)
         s.ensure_open()
         if s.device is not None and s.device.ordinal != fn.device.ordinal:
@@ -212,7 +219,7 @@ cdef class PreparedLaunch:
 
     launch_timed = launch_timed_ns
 
-    def set_arg(self, Py_ssize_t index, value):
+    def set_arg(self, index, value):
         """Replace argument ``index`` (re-marshals that one only); a bad value
         raises and leaves the previous one in place.
 
@@ -223,6 +230,11 @@ cdef class PreparedLaunch:
         cdef size_t size
         if self.fn is None:
             raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
+        if type(index) is not int:
+            if isinstance(index, (bool, np.bool_)) or not hasattr(type(index), "__index__"):
+                raise ArgumentTypeError(f"kernel '{self.fn.name}': set_arg index must be an int, got "
+                                        f"{type(index).__name__}")
+            index = index.__index__()
         if index < 0 or index >= self.n:
             raise ArgumentIndexError(f"kernel '{self.fn.name}' has {self.n} parameters; index {index} is out "
                                      "of range")
@@ -278,5 +290,5 @@ cdef class PreparedLaunch:
         c = self.config
         if self.fn is None or c is None:
             return "<PreparedLaunch (not initialised)>"
-        return (f"<PreparedLaunch '{self.fn.name}' grid={c.grid} block={c.block} "
-                f"shared_mem_bytes={c.shared_mem_bytes}>")
+        return (f"<PreparedLaunch '{self.fn.name}' grid={(c.grid[0], c.grid[1], c.grid[2])} "
+                f"block={(c.block[0], c.block[1], c.block[2])} shared_mem_bytes={c.shared_mem_bytes}>")

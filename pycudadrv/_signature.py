@@ -31,16 +31,18 @@ integer); ``cuFuncGetParamInfo`` (sizes only).
 """
 from __future__ import annotations
 
+import bisect
 import re
 from typing import NamedTuple
 
 import numpy as np
 
-from pycudadrv._errors import ArgumentValueError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
+from pycudadrv._mangled import MANGLED_BUILTINS, MANGLED_BUILTINS_D, Demangler, Unreadable
 from pycudadrv._marshal import PARAM_LIMIT_CLASSIC, PARAM_LIMIT_LARGE, ParamKind
 
 __all__ = ["Param", "ParamKind", "ptx_entries", "parse_signature", "mangled_params", "source_params",
-           "merge_layout", "param_limit", "format_layout", "KIND_NAMES"]
+           "merge_layout", "param_limit", "format_layout", "as_layout", "check_layout", "KIND_NAMES"]
 
 ANY, INT, UINT, FLOAT, POINTER, BYTES, INTEGER = (ParamKind.ANY, ParamKind.INT, ParamKind.UINT, ParamKind.FLOAT,
                                                   ParamKind.POINTER, ParamKind.BYTES, ParamKind.INTEGER)
@@ -59,7 +61,7 @@ class Param(NamedTuple):
             return f"bytes[{self.size} bytes]"
         if self.kind == POINTER:
             return "const pointer" if self.const else "pointer"
-        return f"{KIND_NAMES[self.kind]}{self.size * 8}"
+        return f"{KIND_NAMES[ParamKind(self.kind)]}{self.size * 8}"
 
 
 def _place(items):
@@ -77,15 +79,24 @@ def _place(items):
 # --- PTX ------------------------------------------------------------------------------------
 
 _PTX_TYPES = {"u": INTEGER, "s": INTEGER, "b": INTEGER, "f": FLOAT}
-_ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$%][\w$%]*)\s*\(([^)]*)\)", re.S)
+# The parameter list stops at the first parenthesis, so an unclosed one costs one scan to the next.
+_ENTRY_RE = re.compile(r"\.entry\s+([A-Za-z_$%][\w$%]*)\s*\(([^()]*)\)", re.S)
 _PARAM_RE = re.compile(
     r"\.param\s+(?:\.align\s+(\d+)\s+)?\.([usbf])(\d+)\s+(?:\.ptr\s+(?:\.\w+\s+)*)?"
     r"(?:\.align\s+(\d+)\s+)?[\w$%]+\s*(?:\[(\d+)\])?")
+# A comment; an unterminated block comment runs to the end (one scan, never one per "/*").
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*(?:.*?\*/|.*)", re.S)
 
 
 def _strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return re.sub(r"//[^\n]*", "", text)
+    """``text`` with every ``//`` and ``/* */`` comment replaced by a space (linear time)."""
+    return _COMMENT_RE.sub(" ", text)
+
+
+def _small_int(digits: str, what: str, where: str) -> int:
+    if len(digits) > 6:
+        raise ArgumentValueError(f"{what} {digits[:20]}{'...' if len(digits) > 20 else ''} is too large in {where}")
+    return int(digits)
 
 
 def ptx_entries(ptx: str) -> dict:
@@ -93,7 +104,8 @@ def ptx_entries(ptx: str) -> dict:
 
     ``.param .u64 x`` -> INTEGER 8; ``.param .f32 x`` -> FLOAT 4; an array
     ``.param .align 8 .b8 x[16]`` -> BYTES 16 aligned to 8; ``.ptr`` params
-    -> POINTER. Raises ArgumentValueError for a parameter it cannot read.
+    -> POINTER. Linear in the length of the text. Raises
+    ArgumentValueError for a parameter it cannot read.
     """
     out = {}
     ptx = _strip_comments(ptx)
@@ -106,21 +118,25 @@ def ptx_entries(ptx: str) -> dict:
                 continue
             pm = _PARAM_RE.search(p)
             if pm is None:
-                raise ArgumentValueError(f"cannot parse PTX parameter {p!r} of .entry {name}")
+                raise ArgumentValueError(f"cannot parse PTX parameter {p[:200]!r} of .entry {name}")
+            where = f".entry {name}: {p[:200]!r}"
             align_a, t, bits, align_b, count = pm.groups()
-            if int(bits) not in (8, 16, 32, 64) or (t == "f" and int(bits) == 8):
-                raise ArgumentValueError(f"unsupported PTX parameter type .{t}{bits} in .entry {name}: {p!r}")
-            if (align_a or align_b) and int(align_a or align_b) not in (1, 2, 4, 8, 16, 32, 64, 128):
-                raise ArgumentValueError(f"bad PTX .align in .entry {name}: {p!r}")
-            size = int(bits) // 8
+            nbits = _small_int(bits, "PTX parameter width", where)
+            if nbits not in (8, 16, 32, 64) or (t == "f" and nbits == 8):
+                raise ArgumentValueError(f"unsupported PTX parameter type .{t}{bits} in .entry {name}: {p[:200]!r}")
+            align = _small_int(align_a or align_b or "0", "PTX .align", where)
+            if (align_a or align_b) and align not in (1, 2, 4, 8, 16, 32, 64, 128):
+                raise ArgumentValueError(f"bad PTX .align in {where}")
+            size = nbits // 8
             if count is not None:
-                if int(count) == 0:
-                    raise ArgumentValueError(f"zero-length PTX parameter array in .entry {name}: {p!r}")
-                items.append((BYTES, int(count) * size, int(align_a or align_b or size)))
+                n = _small_int(count, "PTX parameter array length", where)
+                if n == 0:
+                    raise ArgumentValueError(f"zero-length PTX parameter array in {where}")
+                items.append((BYTES, n * size, align or size))
             elif ".ptr" in p:
                 items.append((POINTER, 8, 8))
             else:
-                items.append((_PTX_TYPES[t], size, int(align_a or align_b or size)))
+                items.append((_PTX_TYPES[t], size, align or size))
         out[name] = _place(items)
     return out
 
@@ -147,6 +163,8 @@ _C_TYPES = {
     "double2": (BYTES, 16, 16), "double3": (BYTES, 24, 8), "double4": (BYTES, 32, 16),
     "longlong2": (BYTES, 16, 16), "ulonglong2": (BYTES, 16, 16),
     "complex64": (BYTES, 8, 4), "complex128": (BYTES, 16, 8),
+    "__int128": (INT, 16), "signed __int128": (INT, 16), "__int128_t": (INT, 16),
+    "unsigned __int128": (UINT, 16), "__uint128_t": (UINT, 16),
 }
 
 _QUALIFIERS = {"const", "volatile", "__restrict__", "restrict", "__restrict", "struct", "__grid_constant__"}
@@ -161,29 +179,38 @@ _INT_SPELLINGS = {
     ("int", "unsigned"): "unsigned int", ("unsigned",): "unsigned int",
     ("char", "unsigned"): "unsigned char", ("short", "unsigned"): "unsigned short",
     ("long", "unsigned"): "unsigned long", ("long", "long", "unsigned"): "unsigned long long",
+    ("__int128", "signed"): "__int128", ("__int128", "unsigned"): "unsigned __int128",
 }
-_TYPE_WORDS = {"int", "char", "short", "long", "signed", "unsigned", "float", "double", "bool", "half", "void"}
+_TYPE_WORDS = {"int", "char", "short", "long", "signed", "unsigned", "float", "double", "bool", "half", "void",
+               "__int128"}
+_WORD_RE = re.compile(r"[A-Za-z_]\w*")
 
 
 def _c_type(text):
     """Parse one C parameter declaration ('const float* __restrict__ out',
     'unsigned long int n', 'int') into (kind, size, align, const), or None if
-    it is not a C type we know."""
+    it is not a C type we know. An array parameter ('int x[4]') is a pointer,
+    as C adjusts it."""
     s = text.replace("*", " * ").replace("&", " & ")
     words = s.split()
     if "&" in words:
-        raise ArgumentValueError(f"reference parameter {text!r}: kernels take values or pointers")
+        raise ArgumentValueError(f"reference parameter {text[:200]!r}: kernels take values or pointers")
+    if "[" in text:
+        head, _, rest = text.partition("[")
+        if "(" in text or not rest.rstrip().endswith("]"):
+            raise ArgumentValueError(f"cannot parse parameter {text[:200]!r}")
+        words = head.replace("*", " * ").split() + ["*"]
     if "*" in words:
         first = words.index("*")
         base = [w for w in words[:first] if w not in _QUALIFIERS]
-        if not base or not all(re.fullmatch(r"[A-Za-z_]\w*", w) for w in base):
-            raise ArgumentValueError(f"cannot parse parameter {text!r}")
+        if not base or not all(_WORD_RE.fullmatch(w) for w in base):
+            raise ArgumentValueError(f"cannot parse parameter {text[:200]!r}")
         # const before the first '*' qualifies the data pointed to (for T** only the innermost level counts)
         const = "const" in words[:first] and words.count("*") == 1
         return (POINTER, 8, 8, const)
     words = [w for w in words if w not in _QUALIFIERS]
     if "double" in words and "long" in words:
-        raise ArgumentValueError(f"long double parameter {text!r} is not supported by CUDA kernels")
+        raise ArgumentValueError(f"long double parameter {text[:200]!r} is not supported by CUDA kernels")
     for drop_name in (False, True):  # 'float x' -> 'float'
         if drop_name and (len(words) <= 1 or words[-1] in _TYPE_WORDS):
             break
@@ -199,6 +226,25 @@ def _c_type(text):
     return None
 
 
+def _dtype_type(dt, what):
+    """(kind, size, align, const) of a numpy dtype used as a parameter type."""
+    if dt.hasobject:
+        raise ArgumentValueError(f"unsupported parameter dtype {dt} in signature: it holds Python objects")
+    if dt.kind in "fc" and dt.itemsize > (8 if dt.kind == "f" else 16):
+        raise ArgumentValueError(f"parameter type {what} is {dt} (long double, {dt.itemsize} bytes): CUDA kernels "
+                                 "have no long double; use double")
+    if dt.itemsize == 0:
+        raise ArgumentValueError(f"parameter type {what} has 0 bytes: a kernel parameter has at least one")
+    if dt.fields is not None or dt.kind == "V":
+        return (BYTES, dt.itemsize, dt.alignment, None)
+    if dt.kind == "c":
+        return (BYTES, dt.itemsize, dt.itemsize // 2, None)
+    kind = {"i": INT, "u": UINT, "b": UINT, "f": FLOAT}.get(dt.kind)
+    if kind is None:
+        raise ArgumentValueError(f"unsupported parameter dtype {dt} in signature")
+    return (kind, dt.itemsize, dt.alignment, None)
+
+
 def _one_type(t):
     if isinstance(t, str):
         if t.strip() in ("ptr", "pointer"):
@@ -210,233 +256,53 @@ def _one_type(t):
             return ct
         s = t.strip()
         if not re.fullmatch(r"[A-Za-z][\w]*", s):
-            raise ArgumentValueError(f"unknown parameter type {t!r} in signature")
+            raise ArgumentValueError(f"unknown parameter type {t[:200]!r} in signature")
         try:
-            t = np.dtype(s)
+            dt = np.dtype(s)
         except TypeError:
             raise ArgumentValueError(f"unknown parameter type {t!r} in signature") from None
-    elif not isinstance(t, (np.dtype, type)):
-        raise ArgumentValueError(f"unknown parameter type {t!r} in signature (use a C type name or a numpy dtype)")
-    dt = np.dtype(t)
-    if dt.fields is not None or dt.kind == "V":
-        return (BYTES, dt.itemsize, dt.alignment, None)
-    if dt.kind == "c":
-        return (BYTES, dt.itemsize, dt.itemsize // 2, None)
-    kind = {"i": INT, "u": UINT, "b": UINT, "f": FLOAT}.get(dt.kind)
-    if kind is None:
-        raise ArgumentValueError(f"unsupported parameter dtype {dt} in signature")
-    return (kind, dt.itemsize, dt.alignment, None)
+        return _dtype_type(dt, repr(t))
+    if not isinstance(t, (np.dtype, type)):
+        raise ArgumentValueError(f"unknown parameter type {_bounded_repr(t)} in signature (use a C type name or a "
+                                 "numpy dtype)")
+    try:
+        dt = np.dtype(t)
+    except (TypeError, ValueError) as e:
+        raise ArgumentValueError(f"unknown parameter type {t!r} in signature ({e})") from None
+    return _dtype_type(dt, repr(t))
+
+
+def _bounded_repr(v, limit=60):
+    """repr(v) cut to ``limit`` characters; never raises (huge ints, broken __repr__)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 128:
+        return f"an int of {v.bit_length()} bits"
+    try:
+        r = repr(v)
+    except Exception:  # noqa: BLE001 -- a message must never fail
+        return f"<{type(v).__name__} object>"
+    return r if len(r) <= limit else r[:limit] + "..."
 
 
 def parse_signature(sig) -> list:
     """Layout from a user signature: a C-like string (``"float*, const float*,
     int, float"``) or a sequence of type names / numpy dtypes ("ptr" or any
-    ``T*`` is a device pointer; structured dtypes are structs). Raises
-    ArgumentValueError for a type it does not know."""
+    ``T*`` is a device pointer, as is an array parameter ``T x[N]``;
+    structured dtypes are structs). Raises ArgumentTypeError for a signature
+    that is neither a str nor a sequence, ArgumentValueError for a type it
+    does not know."""
     if isinstance(sig, str):
         parts = [p.strip() for p in sig.split(",")] if sig.strip() else []
     elif isinstance(sig, (bytes, bytearray)):
         raise ArgumentValueError("a signature is a str or a sequence of types, not bytes")
+    elif isinstance(sig, (np.dtype, dict)) or not hasattr(sig, "__iter__"):
+        raise ArgumentTypeError(f"a signature is a str or a sequence of types (e.g. [\"float*\", np.int32]), got "
+                                f"{type(sig).__name__} {_bounded_repr(sig)}")
     else:
         parts = list(sig)
     return _place([_one_type(p) for p in parts])
 
 
-# --- C++ mangled names (Itanium ABI) -------------------------------------------------------------
-
-_MANGLED_BUILTINS = {
-    "b": (UINT, 1), "c": (INT, 1), "a": (INT, 1), "h": (UINT, 1), "s": (INT, 2), "t": (UINT, 2),
-    "i": (INT, 4), "j": (UINT, 4), "l": (INT, 8), "m": (UINT, 8), "x": (INT, 8), "y": (UINT, 8),
-    "f": (FLOAT, 4), "d": (FLOAT, 8), "w": (INT, 4), "n": (BYTES, 16), "o": (BYTES, 16), "v": (None, 0),
-}
-_MANGLED_BUILTINS_D = {"Dh": (FLOAT, 2), "Ds": (UINT, 2), "Di": (UINT, 4), "Du": (UINT, 1), "Dn": (POINTER, 8)}
-_STD_SUBS = {"St": "std", "Sa": "std::allocator", "Sb": "std::basic_string", "Ss": "std::string",
-             "Si": "std::istream", "So": "std::ostream", "Sd": "std::iostream"}
-
-
-class _Unreadable(ArgumentValueError):
-    """A mangled name this reader does not know (never escapes mangled_params)."""
-
-
-class _Demangler:
-    """Just enough of the Itanium C++ ABI to read a kernel's parameter types:
-    builtins, pointers, cv-qualifiers, named types, nested names, template
-    arguments and parameters, substitutions. Raises ValueError on anything else."""
-
-    def __init__(self, s):
-        self.s, self.i, self.subs, self.targs = s, 0, [], []
-
-    def peek(self, n=1):
-        return self.s[self.i:self.i + n]
-
-    def eat(self, tok):
-        if not self.s.startswith(tok, self.i):
-            raise _Unreadable(f"expected {tok!r} at {self.i}")
-        self.i += len(tok)
-
-    def number(self):
-        m = re.match(r"\d+", self.s[self.i:])
-        if not m:
-            raise _Unreadable(f"expected a number at {self.i}")
-        self.i += len(m.group())
-        return int(m.group())
-
-    def source_name(self):
-        n = self.number()
-        name = self.s[self.i:self.i + n]
-        if len(name) != n:
-            raise _Unreadable("truncated name")
-        self.i += n
-        return name
-
-    def seq_id(self):
-        m = re.match(r"[0-9A-Z]*", self.s[self.i:])
-        self.i += len(m.group())
-        self.eat("_")
-        return 0 if not m.group() else int(m.group(), 36) + 1
-
-    def substitution(self):
-        two = self.peek(2)
-        if two in _STD_SUBS:
-            self.i += 2
-            return ("named", _STD_SUBS[two])
-        self.eat("S")
-        k = self.seq_id()
-        if k >= len(self.subs):
-            raise _Unreadable(f"substitution S{k} beyond the table")
-        return self.subs[k]
-
-    def template_param(self):
-        self.eat("T")
-        k = self.seq_id()
-        if k >= len(self.targs):
-            raise _Unreadable(f"template parameter T{k} unknown")
-        return self.targs[k]
-
-    def template_args(self):
-        self.eat("I")
-        args = []
-        while self.peek() != "E":
-            if self.peek() == "L":      # a literal: L <type> <value> E
-                self.i += 1
-                self.type_()
-                while self.peek() != "E":
-                    self.i += 1
-                self.eat("E")
-                args.append(("literal",))
-            elif self.peek() == "X":
-                raise _Unreadable("expression template arguments")
-            elif self.peek() == "J":    # an argument pack
-                self.i += 1
-                while self.peek() != "E":
-                    args.append(self.type_())
-                self.eat("E")
-            else:
-                args.append(self.type_())
-        self.eat("E")
-        return args
-
-    def unqualified(self):
-        if self.peek().isdigit():
-            return self.source_name()
-        raise _Unreadable(f"unsupported name component at {self.i}")
-
-    def name(self):
-        """The function's name; returns whether it is a template (its return type comes first)."""
-        if self.peek() == "N":
-            self.i += 1
-            while self.peek() in ("K", "V", "r"):
-                self.i += 1
-            is_template, parts = False, []
-            while self.peek() != "E":
-                substituted = False
-                if self.peek() == "I":
-                    self.targs = self.template_args()
-                    parts[-1] += "<...>"
-                    is_template = True
-                elif self.peek() == "S":
-                    parts.append(self.substitution()[1])
-                    is_template, substituted = False, True
-                else:
-                    parts.append(self.unqualified())
-                    is_template = False
-                if self.peek() != "E" and not substituted:
-                    self.subs.append(("named", "::".join(parts)))   # every prefix is a candidate
-            self.eat("E")
-            return is_template
-        if self.peek(2) == "St":
-            self.i += 2
-        nm = self.unqualified()
-        if self.peek() == "I":
-            self.subs.append(("named", nm))                     # the template name is a candidate
-            self.targs = self.template_args()
-            return True
-        return False
-
-    def type_(self):
-        c = self.peek()
-        if c in _MANGLED_BUILTINS:
-            self.i += 1
-            return ("builtin", c)
-        if self.peek(2) in _MANGLED_BUILTINS_D:
-            t = ("builtin", self.peek(2))
-            self.i += 2
-            return t
-        if self.peek(2) == "DF":        # _FloatN: DF16_ -> half
-            self.i += 2
-            bits = self.number()
-            self.eat("_")
-            t = ("float", bits)
-            self.subs.append(t)
-            return t
-        if c in ("K", "V", "r"):
-            quals = ""
-            while self.peek() in ("K", "V", "r"):
-                quals += self.peek()
-                self.i += 1
-            inner = self.type_()
-            t = ("cv", "K" in quals, inner)
-            self.subs.append(t)
-            return t
-        if c in ("P", "R", "O"):
-            self.i += 1
-            inner = self.type_()
-            t = ("ptr" if c == "P" else "ref", inner)
-            self.subs.append(t)
-            return t
-        if c == "T":
-            t = self.template_param()
-            self.subs.append(t)
-            return t
-        if c == "S":
-            t = self.substitution()
-            if self.peek() == "I":      # a substituted template name with arguments
-                self.template_args()
-                t = ("named", t[1] + "<...>")
-                self.subs.append(t)
-            return t
-        if c == "N" or c.isdigit():
-            if c == "N":
-                self.i += 1
-                parts = []
-                while self.peek() != "E":
-                    if self.peek() == "I":
-                        self.template_args()
-                        parts[-1] += "<...>"
-                    else:
-                        parts.append(self.substitution()[1] if self.peek() == "S" else self.unqualified())
-                    self.subs.append(("named", "::".join(parts)))
-                self.eat("E")
-                return ("named", "::".join(parts))
-            t = ("named", self.source_name())
-            self.subs.append(t)
-            if self.peek() == "I":
-                self.template_args()
-                t = ("named", t[1] + "<...>")
-                self.subs.append(t)
-            return t
-        raise _Unreadable(f"unsupported type code {c!r} at {self.i}")
-
+# --- C++ mangled names (Itanium ABI; the reader is pycudadrv._mangled) ---------------------------
 
 def _describe_mangled(t):
     """A demangled type -> (kind, size, align, const) or None when only the size would tell."""
@@ -444,7 +310,7 @@ def _describe_mangled(t):
         code = t[1]
         if code == "v":
             return None
-        kind, size = _MANGLED_BUILTINS.get(code) or _MANGLED_BUILTINS_D[code]
+        kind, size = MANGLED_BUILTINS.get(code) or MANGLED_BUILTINS_D[code]
         return (kind, size, min(size, 16), None)
     if t[0] == "float":
         return (FLOAT, t[1] // 8, t[1] // 8, None) if t[1] in (16, 32, 64) else None
@@ -461,17 +327,18 @@ def _describe_mangled(t):
         return (BYTES, None, None, None)    # a struct: its size comes from PTX or the driver
     if t[0] == "literal":
         return None
-    raise _Unreadable(f"unsupported parameter type {t!r}")
+    raise Unreadable(f"unsupported parameter type {t!r}")
 
 
 def mangled_params(name: str):
     """The parameter types of a C++ kernel from its mangled name (``_Z...``):
     a list of ``(kind, size or None, align or None, const)``, or None when
     the name is not mangled or uses what this reader does not know (the
-    layout then comes from the PTX or the driver alone)."""
-    if not name.startswith("_Z"):
+    layout then comes from the PTX or the driver alone). Linear in the
+    length of the name; never raises for a str."""
+    if not isinstance(name, str) or not name.startswith("_Z"):
         return None
-    d = _Demangler(name)
+    d = Demangler(name)
     d.i = 2
     try:
         is_template = d.name()
@@ -485,14 +352,57 @@ def mangled_params(name: str):
         if params == [("builtin", "v")]:
             params = []
         return [_describe_mangled(p) for p in params]
-    except (_Unreadable, KeyError, IndexError):
+    except (Unreadable, KeyError, IndexError, ValueError, RecursionError):
         return None
 
 
 # --- extern "C" declarations in CUDA C++ source ------------------------------------------------
 
-_KERNEL_RE = re.compile(r"__global__\s+(?:[\w:]+\s+)*?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
-                        r"([A-Za-z_]\w*)\s*\(([^)]*)\)", re.S)
+# Between __global__ and void at most 8 words (static, inline, __noinline__, __launch_bounds__(...), ...);
+# the parameter list ends at the first parenthesis, brace or semicolon. Both bounds keep every match
+# attempt short, so the scan is linear in the length of the source.
+_KERNEL_RE = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^()]*\)\s*|[\w:]+\s+){0,8}?void\s+"
+                        r"(?:__launch_bounds__\s*\([^()]*\)\s*)?([A-Za-z_]\w*)\s*\(([^(){};]*)\)")
+# Comments, preprocessor lines, raw strings, strings and character literals, in one pass; an unterminated
+# one runs to the end of its line (strings, characters) or of the text (comments, raw strings).
+_LEX_RE = re.compile(r"""
+    //[^\n]*
+  | /\*(?:.*?\*/|.*)
+  | ^[ \t]*\#(?:[^\\\n]|\\.)*
+  | (?<![\w'])(?:u8|[uUL])?R"([^()\\\s"]{0,16})\((?:.*?\)\1"|.*)
+  | "(?:[^"\\\n]|\\.)*"?
+  | (?<![\w'])(?:u8|[uUL])?'(?:[^'\\\n]|\\.)*'?
+""", re.S | re.M | re.X)
+_BRACE_RE = re.compile(r'extern\s+"C"\s*(\{)?|[{}]')
+
+
+def _lex_out(m):
+    t = m.group(0)
+    if t == '"C"':
+        return t            # extern "C" must stay readable
+    return '""' if t.endswith('"') and not t.startswith(("/", "#")) else " "
+
+
+def _extern_c_depths(text):
+    """``(positions, depths)``: from ``positions[k]`` on, ``depths[k]`` ``extern "C" { }`` blocks enclose the
+    text (one pass over the braces)."""
+    stack, depth = [], 0
+    positions, depths = [0], [0]
+    for m in _BRACE_RE.finditer(text):
+        tok = m.group(0)
+        if tok == "}":
+            if stack and stack.pop():
+                depth -= 1
+                positions.append(m.end())
+                depths.append(depth)
+        elif tok == "{" or m.group(1):
+            c = tok != "{"
+            stack.append(c)
+            if c:
+                depth += 1
+                positions.append(m.end())
+                depths.append(depth)
+    return positions, depths
 
 
 def source_params(source: str) -> dict:
@@ -500,35 +410,38 @@ def source_params(source: str) -> dict:
     ``extern "C"`` kernel declared in CUDA C++ ``source`` (parameters whose
     type is not a plain C type, e.g. a typedef or a template parameter, are
     None: the PTX decides those). Kernels in templates or with C++ linkage
-    are skipped (their mangled names carry their types)."""
-    text = _strip_comments(source)
-    text = re.sub(r'"(?:\\.|[^"\\])*"', lambda m: m.group(0) if m.group(0) == '"C"' else '""', text)
-    extern_spans = []
-    for m in re.finditer(r'extern\s+"C"\s*\{', text):
-        depth, j = 1, m.end()
-        while j < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            j += 1
-        extern_spans.append((m.start(), j))
-    out = {}
+    are skipped (their mangled names carry their types). So is a kernel
+    declared more than once with different parameter types (``#if``/``#else``
+    branches, which this reader does not evaluate): its layout comes from the
+    PTX alone. Comments, string literals and preprocessor lines are never
+    read as declarations. Linear in the length of ``source`` (n log n for
+    the ``extern "C"`` block look-up)."""
+    text = _LEX_RE.sub(_lex_out, source)
+    positions, depths = _extern_c_depths(text)
+    out: dict[str, list] = {}
+    conflicting: set[str] = set()
     for m in _KERNEL_RE.finditer(text):
-        head = text[max(0, m.start() - 40):m.start()]
-        in_block = any(a <= m.start() < b for a, b in extern_spans)
+        head = text[max(0, m.start() - 200):m.start()]
+        in_block = depths[bisect.bisect_right(positions, m.start()) - 1] > 0
         if not (in_block or re.search(r'extern\s+"C"\s*$', head)):
             continue
-        if re.search(r"template\s*<[^>]*>\s*(?:extern\s+\"C\"\s*)?$", head):
+        if re.search(r"template\s*<[^<>]*>\s*(?:extern\s+\"C\"\s*)?$", head):
             continue
         params = [p.strip() for p in m.group(2).split(",")] if m.group(2).strip() else []
         if params == ["void"]:
             params = []
         decl = []
         for p in params:
-            p = re.sub(r"\[[^\]]*\]", "", p).split("=")[0].strip()
             try:
-                decl.append(_c_type(p))
+                decl.append(_c_type(p.split("=")[0].strip()))
             except ArgumentValueError:
                 decl.append(None)
-        out[m.group(1)] = decl
+        name = m.group(1)
+        if name in out and out[name] != decl:
+            conflicting.add(name)
+        out[name] = decl
+    for name in conflicting:
+        del out[name]
     return out
 
 
@@ -550,7 +463,9 @@ def merge_layout(base, detail, detail_name: str):
         kind, size, _align, const = d
         if size is not None and size != p.size:
             return base, False
-        if kind == BYTES or p.kind == BYTES:
+        if kind in (INT, UINT) and size == 16 and p.kind == BYTES:
+            out.append(Param(kind, 16, p.align, p.offset, None))   # __int128: PTX gives .b8[16]
+        elif kind == BYTES or p.kind == BYTES:
             out.append(p)           # structs and vectors: the sizes say enough
         elif kind == POINTER and p.size == 8 and p.kind in (POINTER, INTEGER, ANY):
             out.append(Param(POINTER, 8, p.align, p.offset, const))
@@ -563,6 +478,75 @@ def merge_layout(base, detail, detail_name: str):
         else:
             return base, False
     return out, True
+
+
+def _is_param(x) -> bool:
+    return hasattr(x, "kind") and hasattr(x, "size") and hasattr(x, "offset")
+
+
+def as_layout(layout, kernel: str = "kernel") -> list:
+    """A layout from what :func:`pycudadrv.pack_arguments` takes: a signature
+    string, a sequence of type names / numpy dtypes (see
+    :func:`parse_signature`), or a list of Params (returned as given, checked
+    later by :func:`check_layout`). Raises ArgumentTypeError for anything
+    else or for a list that mixes Params and type names."""
+    if not isinstance(layout, (str, bytes, bytearray)):
+        if isinstance(layout, (dict, np.dtype)) or not hasattr(layout, "__iter__"):
+            raise ArgumentTypeError(f"kernel '{kernel}': a layout is a signature string, a sequence of type names "
+                                    f"or numpy dtypes, or a list of Param; got {type(layout).__name__} "
+                                    f"{_bounded_repr(layout)}")
+        layout = list(layout)
+        params = [_is_param(x) for x in layout]
+        if params and any(params) and not all(params):
+            raise ArgumentTypeError(f"kernel '{kernel}': the layout mixes Param entries and type names (entry "
+                                    f"#{params.index(not params[0])} differs from entry #0); give one or the other")
+        if params and params[0]:
+            return layout
+    return parse_signature(layout)
+
+
+# The sizes a parameter of each kind can have (ANY and BYTES: any size).
+_KIND_SIZES = {INT: (1, 2, 4, 8, 16), UINT: (1, 2, 4, 8, 16), INTEGER: (1, 2, 4, 8), FLOAT: (2, 4, 8), POINTER: (8,)}
+
+
+def check_layout(layout, kernel: str, limit: int) -> list:
+    """``layout`` as a list, each entry checked: a Param whose kind is a
+    ParamKind (0..6) and whose size (1 .. ``limit`` bytes, one the kind can
+    have: 8 for POINTER, 2/4/8 for FLOAT, ...) and offset
+    (0 .. 2**63-1; where the parameters end is checked against ``limit``
+    when the layout is set) are ints, never a float truncated or a bool.
+    ``limit`` is the driver's parameter space in bytes. Raises ArgumentTypeError for
+    an entry or field of the wrong type, ArgumentValueError for one out of
+    range (naming the kernel, the parameter, the field and the limit)."""
+    if isinstance(layout, (str, bytes, bytearray, dict)) or not hasattr(layout, "__iter__"):
+        raise ArgumentTypeError(f"kernel '{kernel}': a layout is a list of Param, got {type(layout).__name__}")
+    layout = list(layout)
+    for k, prm in enumerate(layout):
+        if not _is_param(prm):
+            raise ArgumentTypeError(f"kernel '{kernel}': layout entry #{k} is {_bounded_repr(prm)}, not a "
+                                    "Param(kind, size, align, offset)")
+        where = f"kernel '{kernel}': parameter #{k} of the layout"
+        for what in ("kind", "size", "offset"):
+            v = getattr(prm, what)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise ArgumentTypeError(f"{where}: {what} must be an int, got {_bounded_repr(v)}")
+        if not ANY <= prm.kind <= INTEGER:
+            raise ArgumentValueError(f"{where}: kind {_bounded_repr(prm.kind)} is not a ParamKind (0..6): "
+                                     f"{_bounded_repr(prm, 120)}")
+        if prm.size <= 0:
+            raise ArgumentValueError(f"{where} has {prm.size} bytes: a kernel parameter has at least one")
+        sizes = _KIND_SIZES.get(prm.kind)
+        if sizes is not None and prm.size not in sizes:
+            allowed = ", ".join(map(str, sizes[:-1])) + (" or " if len(sizes) > 1 else "") + str(sizes[-1])
+            raise ArgumentValueError(f"{where}: {KIND_NAMES[ParamKind(prm.kind)]} parameters have {allowed} "
+                                     f"bytes, not {_bounded_repr(prm.size)}")
+        if prm.size > limit:
+            raise ArgumentValueError(f"{where} is {_bounded_repr(prm.size)} bytes, beyond the driver's limit of "
+                                     f"{limit} bytes for all of a kernel's parameters together")
+        if not 0 <= prm.offset < 2**63:
+            raise ArgumentValueError(f"{where}: offset {_bounded_repr(prm.offset)} is outside [0, 2**63) (and "
+                                     f"the parameters must end within the driver's limit of {limit} bytes)")
+    return layout
 
 
 def param_limit(driver_version: int, cc_major: int) -> int:

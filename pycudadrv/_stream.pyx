@@ -695,6 +695,6 @@ cdef class Capture:
         return self.kernels[-1][0] if self.kernels else None
 
     def __repr__(self):
-        state = "active" if self._active else "ended"
-        return (f"<Capture mode={self.mode!r}{', pdl' if self.pdl else ''} on stream "
-                f"0x{<uintptr_t>self.stream._handle:x}, {state}, {len(self.kernels)} kernel launches>")
+        where = f"0x{<uintptr_t>self.stream._handle:x}" if self.stream is not None else "(none)"
+        return (f"<Capture mode={self.mode!r}{', pdl' if self.pdl else ''} on stream {where}, "
+                f"{'active' if self._active else 'ended'}, {len(self.kernels or ())} kernel launches>")

@@ -292,9 +292,12 @@ def fatbin_entries(image: bytes) -> list[tuple[str, str]]:
     container's entry headers (magic 0xBA55ED50, 16-byte header with the
     payload size; each entry: u16 kind, u32 header size at 4, u64 payload size
     at 8, u32 architecture at 28), as cuobjdump lists them; compressed
-    payloads are not opened. Raises ArgumentValueError for bytes that are not
-    a well-formed fatbin."""
-    data = bytes(image)
+    payloads are not opened. Raises ArgumentTypeError for anything but
+    bytes-like, ArgumentValueError for bytes that are not a well-formed fatbin."""
+    try:
+        data = bytes(memoryview(image))
+    except TypeError:
+        raise ArgumentTypeError(f"fatbin_entries: a fatbin is bytes-like, got {type(image).__name__}") from None
     if len(data) < 16 or data[:4] != FATBIN_MAGIC:
         raise ArgumentValueError(f"fatbin_entries: not a fatbin (first bytes {data[:8]!r}, magic 0xBA55ED50 expected)")
     _magic, _version, hsize, fsize = struct.unpack_from("<IHHQ", data, 0)

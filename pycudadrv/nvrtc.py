@@ -246,10 +246,13 @@ class ObjectCode:
         return load_module(self, device=device)
 
     def __repr__(self) -> str:
-        by = (f"linked by nvJitLink {self.linker_version[0]}.{self.linker_version[1]}" if self.linker_version
-              else f"NVRTC {self.nvrtc_version[0]}.{self.nvrtc_version[1]}")
-        where = "+".join(self.archs) if self.target == "fatbin" else self.arch
-        return f"<ObjectCode {self.target} for {where}, {len(self.image)} bytes, {by}>"
+        # Never raises, even for an ObjectCode made by __new__ or with None fields.
+        target, arch, image = (getattr(self, k, None) for k in ("target", "arch", "image"))
+        lv, nv = getattr(self, "linker_version", None), getattr(self, "nvrtc_version", None) or (0, 0)
+        by = f"linked by nvJitLink {lv[0]}.{lv[1]}" if lv else f"NVRTC {nv[0]}.{nv[1]}"
+        where = "+".join(map(str, getattr(self, "archs", None) or ())) if target == "fatbin" else arch
+        size = f"{len(image)} bytes" if isinstance(image, (bytes, bytearray)) else "no image"
+        return f"<ObjectCode {target} for {where}, {size}, {by}>"
 
 
 def _source_decls(text: str) -> dict[str, list[SourceDecl | None]] | None:
@@ -571,7 +574,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
             _compile_cache.store(key, obj)
     objs = [f for f in found if f is not None]
     for o in objs:
-        o.source_decls = o.source_decls if o.source_decls is not None else decls
+        o.source_decls = decls      # read now, never a cache entry's: an older reader's may be wrong
     if tgt != "fatbin":
         return objs[0]
     from pycudadrv.link import _fatbin_object

@@ -161,7 +161,7 @@ def test_marshalling_never_crashes_and_either_packs_exact_sizes_or_raises(pairs)
     layout = sig.parse_signature([t for t, _ in pairs])
     try:
         out, addrs, _ = cd.pack_arguments(layout, [v for _, v in pairs])
-    except (TypeError, OverflowError):
+    except cd.Error:
         return
     assert [len(b) for b in out] == [p.size for p in layout]
     assert all(a % 16 == 0 for a in addrs)
@@ -192,7 +192,7 @@ def test_a_valid_cuda_array_interface_gives_its_pointer():
 
 @pytest.mark.parametrize("kind", [7, 50, -1, 100000])
 def test_invalid_layout_kinds_are_rejected(kind):
-    with pytest.raises(ValueError, match="invalid parameter #0"):
+    with pytest.raises(ValueError, match="parameter #0 of the layout: kind .* is not a ParamKind"):
         cd.pack_arguments([sig.Param(kind, 4, 4, 0)], [5])
 
 
@@ -238,3 +238,48 @@ def test_ptx_comments_never_hide_or_invent_parameters():
     assert list(e) == ["k"] and [p.size for p in e["k"]] == [8, 4]
     with pytest.raises(ValueError):
         sig.ptx_entries(".entry k(.param .b0 a)")
+
+
+# --- values at the edge of their type ------------------------------------------------------------
+
+@pytest.mark.parametrize("value, expected", [
+    (3.4028235e38, "ffff7f7f"),                    # the literal rounds to FLT_MAX: finite
+    (float(np.float32(3.4028235e38)), "ffff7f7f"),
+    (-3.4028235e38, "ffff7fff"),
+    (float(np.nextafter(2.0**128 - 2.0**103, 0)), "ffff7f7f"),   # just below the rounding boundary
+    (float("inf"), "0000807f"),
+])
+def test_a_float32_parameter_takes_every_value_that_stays_finite(value, expected):
+    assert pack("float", value)[0].hex() == expected
+
+
+@pytest.mark.parametrize("value", [2.0**128 - 2.0**103, -(2.0**128 - 2.0**103), 1e39, 2**128])
+def test_a_float32_parameter_refuses_only_what_would_become_inf(value):
+    with pytest.raises(cd.ArgumentTypeError, match="out of range for a 32-bit float"):
+        pack("float", value)
+
+
+@pytest.mark.parametrize("ctype, value", [("complex64", 1e300 + 0j), ("float2", 1e39 + 1e39j),
+                                          ("complex64", complex(0, -1e39))])
+def test_a_complex_part_that_would_become_inf_is_refused_like_a_float(ctype, value):
+    with pytest.raises(cd.ArgumentTypeError, match=r"parameter #0 \(8-byte struct/bytes parameter\): value out of "
+                                                   r"range for two 32-bit floats"):
+        pack(ctype, value)
+
+
+def test_complex_nan_inf_and_float32_max_parts_pass_through():
+    assert pack("complex64", complex(float("nan"), float("inf")))[0] == struct.pack("<ff", float("nan"),
+                                                                                    float("inf"))
+    assert pack("complex64", complex(3.4028235e38, -1))[0].hex() == "ffff7f7f000080bf"
+
+
+_LONG_DOUBLE = np.dtype(np.longdouble).itemsize > 8
+
+
+@pytest.mark.skipif(not _LONG_DOUBLE, reason="numpy's long double is a double on this platform")
+@pytest.mark.parametrize("layout", ["float4", "float", "double", [sig.Param(sig.ANY, 16, 16, 0)],
+                                    [sig.Param(sig.BYTES, 16, 16, 0)]])
+@pytest.mark.parametrize("value", [np.longdouble(1), np.clongdouble(1)])
+def test_numpy_long_double_scalars_are_refused_naming_the_parameter(layout, value):
+    with pytest.raises(cd.ArgumentTypeError, match=r"parameter #0 .*scalar \(long double\) has no CUDA equivalent"):
+        pack(layout, value)
