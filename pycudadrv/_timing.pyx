@@ -11,6 +11,7 @@ cimport cython
 from pycudadrv._stream cimport Event, Stream
 
 from pycudadrv import nvtx
+from pycudadrv._errors import ArgumentTypeError
 
 __all__ = ["TimestampsBase", "Pass", "PASS_CACHE_LIMIT"]
 
@@ -119,8 +120,11 @@ cdef class Pass:
     cdef TimestampsBase _ts
     cdef readonly str label
 
-    def __cinit__(self, TimestampsBase ts not None, str label not None):
-        self._ts = ts
+    def __cinit__(self, ts=None, label=None):
+        if not isinstance(ts, TimestampsBase) or type(label) is not str:
+            raise ArgumentTypeError("a pass comes from Timestamps.measure(label), got "
+                                    f"Pass({type(ts).__name__}, {type(label).__name__})")
+        self._ts = <TimestampsBase>ts
         self.label = label
 
     def __enter__(self):

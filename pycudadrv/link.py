@@ -235,6 +235,7 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
     ArgumentValueError
         An unknown kind or a malformed arch.
     """
+    entries = _fatbin_entry_list(entries)
     lib, _path = _load("nvfatbin")
     opts = [o.encode() for o in _strings(options, "options", who="build_fatbin")]
     handle = ctypes.c_void_p()
@@ -250,7 +251,6 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
         ident = identifier.encode()
         for kind, data, arch in entries:
             num = _parse_arch(arch, "an entry's arch", "build_fatbin").split("_", 1)[1].encode()
-            data = bytes(data)
             if kind == "cubin":
                 check(lib.nvFatbinAddCubin(handle, data, len(data), num, ident), f"nvFatbinAddCubin (sm_{num.decode()})")
             elif kind == "ptx":
@@ -267,6 +267,23 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
         return buf.raw[:n.value]
     finally:
         lib.nvFatbinDestroy(ctypes.byref(handle))
+
+
+def _fatbin_entry_list(entries: object) -> list[tuple[str, bytes, str]]:
+    """``entries`` of build_fatbin as a list of (kind, bytes, arch); ArgumentTypeError naming the entry otherwise."""
+    if isinstance(entries, (str, bytes)) or not hasattr(entries, "__iter__"):
+        raise ArgumentTypeError(f"build_fatbin: entries must be a sequence of (kind, data, arch), got "
+                                f"{type(entries).__name__}")
+    out = []
+    for k, e in enumerate(entries):  # type: ignore[attr-defined]
+        if not isinstance(e, tuple) or len(e) != 3:
+            raise ArgumentTypeError(f"build_fatbin: entry #{k} must be a (kind, data, arch) tuple, got {e!r:.80}")
+        kind, data, arch = e
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise ArgumentTypeError(f"build_fatbin: entry #{k}'s data must be bytes (PTX text encoded), got "
+                                    f"{type(data).__name__}")
+        out.append((kind, bytes(data), arch))
+    return out
 
 
 def _fatbin_object(objs: list[ObjectCode], name: str) -> ObjectCode:

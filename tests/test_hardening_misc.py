@@ -170,3 +170,23 @@ def test_a_refused_add_leaves_the_sequence_as_it_was(rng):
     assert len(seq) == 1
     seq()
     np.testing.assert_allclose(y.to_numpy(stream=s), 3.0 * a.astype(np.float64) - 0.5, rtol=1e-6, atol=1e-6)
+
+
+def test_build_fatbin_entries_of_the_wrong_shape_are_argument_type_errors():
+    from pycudadrv import link
+
+    with pytest.raises(cd.ArgumentTypeError, match="entries must be a sequence"):
+        link.build_fatbin(None)
+    with pytest.raises(cd.ArgumentTypeError, match=r"entry #0 must be a \(kind, data, arch\) tuple"):
+        link.build_fatbin([("ptx", b"x")])
+    with pytest.raises(cd.ArgumentTypeError, match="entry #0's data must be bytes"):
+        link.build_fatbin([("ptx", "text", "sm_90")])
+
+
+def test_a_timestamps_pass_comes_only_from_measure():
+    from pycudadrv._timing import Pass
+
+    with pytest.raises(cd.ArgumentTypeError, match=r"Timestamps.measure\(label\)"):
+        Pass()
+    with pytest.raises(cd.ArgumentTypeError, match=r"Pass\(int, str\)"):
+        Pass(1, "x")
