@@ -43,7 +43,7 @@ cdef class PreparedLaunch:
     cdef CUlaunchConfig ex_config
     cdef CUlaunchAttribute ex_attrs[4]
 
-    cdef int _launch(self) except -1
+    cdef int _launch(self, bint activate=*) except -1
     cdef uintptr_t _launch_updatable(self) except? 1
     cdef int _check_bound(self) except -1
     cdef int _ensure_scratch(self) except -1

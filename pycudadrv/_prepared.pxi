@@ -100,11 +100,13 @@ cdef class PreparedLaunch:
                                           "buffer (p.set_arg / p(*args)) before launching again") from None
         return 0
 
-    cdef int _launch(self) except -1:
+    cdef int _launch(self, bint activate=True) except -1:
+        # activate=False: the caller has made the function's context current (a launch sequence, once per call)
         cdef Function fn = self.fn
         cdef LaunchConfig c = self.config
         self._launch_checks()
-        fn.device.activate()
+        if activate:
+            fn.device.activate()
         issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held, False)
         return 0
 

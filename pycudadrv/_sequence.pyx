@@ -12,7 +12,7 @@ from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._stream cimport Stream, Event, resolve_stream, captures_active
 from pycudadrv._memory cimport Buffer
 from pycudadrv._device cimport Device
-from pycudadrv._launch cimport Function, LaunchConfig, PreparedLaunch, get_launch_hook_c, issue_launch
+from pycudadrv._launch cimport Function, LaunchConfig, PreparedLaunch, get_launch_hook_c
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, StateError
@@ -44,20 +44,16 @@ cdef class LaunchSequence:
     cdef list _items          # (kind, obj, stream)
     cdef list _prepared       # the PreparedLaunch objects, for their checks
     cdef int _n
-    cdef object _device       # the one device of every item (its context made current once per call), or None
-    cdef bint _mixed          # items on more than one device: each launch makes its own context current
+    cdef set _devices         # the devices of the items' launches, events and streams
+    cdef object _device       # the only one of them (its context made current once per call), or None
 
     def __cinit__(self, *args, **kwargs):
         # Here, not in __init__: a LaunchSequence made by __new__ is a valid empty one.
         self._items = []
         self._prepared = []
+        self._devices = set()
 
     def __init__(self, launches=()):
-        self._items = []
-        self._prepared = []
-        self._n = 0
-        self._device = None
-        self._mixed = False
         try:
             items = iter(launches)
         except TypeError:
@@ -85,11 +81,8 @@ cdef class LaunchSequence:
         return self
 
     cdef _note_device(self, dev):
-        if self._device is None and not self._mixed:
-            self._device = dev
-        elif dev is not self._device:
-            self._device = None
-            self._mixed = True
+        self._devices.add(dev)
+        self._device = dev if len(self._devices) == 1 else None
 
     def record(self, event, stream=None):
         """Append an event record (``cuEventRecord``) on ``stream`` (the
@@ -144,7 +137,6 @@ cdef class LaunchSequence:
         cdef int r, k
         cdef tuple item
         cdef int kind
-        cdef PreparedLaunch p
         cdef Event ev
         cdef Stream s
         cdef CUresult res
@@ -157,13 +149,7 @@ cdef class LaunchSequence:
                 item = <tuple>self._items[k]
                 kind = <int>item[0]
                 if kind == _LAUNCH:
-                    p = <PreparedLaunch>item[1]
-                    if one_device:
-                        p._launch_checks()
-                        issue_launch(p.fn, p.config.grid, p.config.block, p.config.shared_mem_bytes, p._stream,
-                                     p.kernel_params, p.config, p._held, False)
-                    else:
-                        p._launch()
+                    (<PreparedLaunch>item[1])._launch(not one_device)
                 elif kind == _RECORD:
                     ev = <Event>item[1]
                     s = <Stream>item[2]
