@@ -316,16 +316,12 @@ class Encoder:
         ``timestamps`` the pass is timed as ``ts.measure(label)``; with NVTX on
         (``PYCUDADRV_NVTX=1``) it is an NVTX range named ``label``."""
         p = Pass(self, label)
-        pushed = nvtx.enabled and nvtx.push(label)
-        try:
+        with nvtx.range(label):
             if timestamps is None:
                 yield p
             else:
                 with timestamps.measure(label):
                     yield p
-        finally:
-            if pushed:
-                nvtx.pop()
 
     def copy_buffer_to_buffer(self, src: Buffer, src_offset: int, dst: Buffer, dst_offset: int, nbytes: int) -> None:
         """Device-to-device copy on the encoder's stream (``cuMemcpyDtoDAsync``);
