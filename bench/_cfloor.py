@@ -351,22 +351,35 @@ def _compiler_version(cc: str) -> str:
         return f"unknown ({e})"
 
 
+def compile_shared(source: Path, out_name: str, flags: list[str] | tuple[str, ...] = (),
+                   libs: list[str] | tuple[str, ...] = ()) -> tuple[str, list[str], str, subprocess.CompletedProcess]:
+    """``cc -O2 -shared -fPIC FLAGS SOURCE -o TMP/OUT_NAME LIBS`` into a temporary
+    directory removed at exit. Returns (output path, command, compiler, the
+    finished process): the caller says what a failed compile means. Raises
+    BenchSetupError when no compiler is found."""
+    cc = find_compiler()
+    tmp = tempfile.mkdtemp(prefix="pycudadrv-bench-")
+    atexit.register(shutil.rmtree, tmp, True)
+    out = os.path.join(tmp, out_name)
+    cmd = cc.split() + ["-O2", "-shared", "-fPIC", *flags, str(source), "-o", out, *libs]
+    return out, cmd, cc, subprocess.run(cmd, capture_output=True, text=True)
+
+
+def shown_command(cmd: list[str]) -> str:
+    """``cmd`` as logs show it: absolute paths relative to the repository."""
+    return " ".join(relpath(c) if os.path.isabs(c) else c for c in cmd)
+
+
 def build_c_floor(source: Path = C_FLOOR_SOURCE) -> CFloor:
     """Compile ``source`` into a temporary shared library and load it (not yet
     initialised: call :meth:`CFloor.init` once pycudadrv has loaded the driver).
     Raises BenchSetupError when the compiler or cuda.h is missing or the
     compile fails (with the compiler's output)."""
-    cc = find_compiler()
     inc = find_cuda_include()
-    tmp = tempfile.mkdtemp(prefix="pycudadrv-bench-")
-    atexit.register(shutil.rmtree, tmp, True)
-    out = os.path.join(tmp, "c_floor.so")
-    cmd = cc.split() + ["-O2", "-shared", "-fPIC", f"-I{inc}", str(source), "-o", out, "-ldl"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    out, cmd, cc, proc = compile_shared(source, "c_floor.so", [f"-I{inc}"], ["-ldl"])
     if proc.returncode != 0:
         raise BenchSetupError(f"compiling the C floor failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
-    shown = " ".join(relpath(c) if os.path.isabs(c) else c for c in cmd)
-    return CFloor(ctypes.CDLL(out), out, shown, _compiler_version(cc), inc)
+    return CFloor(ctypes.CDLL(out), out, shown_command(cmd), _compiler_version(cc), inc)
 
 
 CALL_FLOOR_SOURCE = Path(__file__).resolve().parent / "call_floor.c"
@@ -380,12 +393,8 @@ def build_call_floor(source: Path = CALL_FLOOR_SOURCE):
     import importlib.util
     import sysconfig
 
-    cc = find_compiler()
-    tmp = tempfile.mkdtemp(prefix="pycudadrv-bench-")
-    atexit.register(shutil.rmtree, tmp, True)
-    out = os.path.join(tmp, "call_floor" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"))
-    cmd = cc.split() + ["-O2", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}", str(source), "-o", out]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    out, cmd, _cc, proc = compile_shared(source, "call_floor" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so"),
+                                         [f"-I{sysconfig.get_paths()['include']}"])
     if proc.returncode != 0:
         raise BenchSetupError(f"compiling the Python-call floor failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
     spec = importlib.util.spec_from_file_location("call_floor", out)

@@ -41,12 +41,10 @@ a target is missed or a row is invalid.
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import ctypes
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -59,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _cfloor/_harness
 
 import numpy as np  # noqa: E402
 
-from _cfloor import BENCH_DIR, BenchSetupError, _compiler_version, find_compiler, kernel_params, relpath  # noqa: E402
+from _cfloor import BENCH_DIR, BenchSetupError, _compiler_version, compile_shared, kernel_params, shown_command  # noqa: E402
 from _harness import KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, loop_call0, run_interleaved, setup, summarize  # noqa: E402
 from _report import add_output_args, log, new_parser, pyplot, save_figure, write_json, write_report  # noqa: E402
 
@@ -374,21 +372,14 @@ def build_cudnn_floor(libcudnn_path: str) -> CudnnFloor:
     """Compile ``c_cudnn_floor.c`` as bench/_cfloor.py compiles c_floor.c (cc -O2 -shared -fPIC ... -ldl),
     checked against cuDNN's header where one is installed, and bind it to the loaded ``libcudnn_path``.
     Raises BenchSetupError when the compiler is missing or the compile fails."""
-    cc = find_compiler()
-    tmp = tempfile.mkdtemp(prefix="pycudadrv-bench-")
-    atexit.register(shutil.rmtree, tmp, True)
-    out = os.path.join(tmp, "c_cudnn_floor.so")
     flags, header = _cudnn_header_flags(libcudnn_path)
-    cmd = cc.split() + ["-O2", "-shared", "-fPIC", *flags, str(CUDNN_FLOOR_SOURCE), "-o", out, "-ldl"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    out, cmd, cc, proc = compile_shared(CUDNN_FLOOR_SOURCE, "c_cudnn_floor.so", flags, ["-ldl"])
     if proc.returncode != 0 and flags and "static assert" not in proc.stderr:
         header = f"not checked: compiling with the header failed ({proc.stderr.strip().splitlines()[:1]})"
-        cmd = cc.split() + ["-O2", "-shared", "-fPIC", str(CUDNN_FLOOR_SOURCE), "-o", out, "-ldl"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        out, cmd, cc, proc = compile_shared(CUDNN_FLOOR_SOURCE, "c_cudnn_floor.so", (), ["-ldl"])
     if proc.returncode != 0:
         raise BenchSetupError(f"compiling the cuDNN C floor failed: {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
-    shown = " ".join(relpath(c) if os.path.isabs(c) else c for c in cmd)
-    return CudnnFloor(ctypes.CDLL(out), libcudnn_path, shown, _compiler_version(cc), header)
+    return CudnnFloor(ctypes.CDLL(out), libcudnn_path, shown_command(cmd), _compiler_version(cc), header)
 
 
 def host_cost(cd, cudnn, torch, floor, pdev, args):
