@@ -49,7 +49,7 @@ def _check_extensions_are_ours() -> None:
 _check_extensions_are_ours()
 del _check_extensions_are_ours
 
-from pycudadrv import _errors, _device, _stream, _host, _memory, _interop, _marshal, _kernel, _launch, _module, _graph
+from pycudadrv import _errors, _device, _stream, _event, _host, _memory, _interop, _marshal, _kernel, _launch, _module, _graph
 from pycudadrv import _sequence, _loops, _env
 from pycudadrv import nvrtc, link, triton, timestamps, dispatch, bench, profile, queue, aio, nvtx  # noqa: F401
 
@@ -57,6 +57,7 @@ from pycudadrv._errors import *  # noqa: F401,F403
 from pycudadrv._driver import *  # noqa: F401,F403
 from pycudadrv._device import *  # noqa: F401,F403
 from pycudadrv._stream import *  # noqa: F401,F403
+from pycudadrv._event import *  # noqa: F401,F403
 from pycudadrv._host import *  # noqa: F401,F403
 from pycudadrv._memory import *  # noqa: F401,F403
 from pycudadrv._interop import *  # noqa: F401,F403
@@ -77,7 +78,7 @@ from pycudadrv.queue import *  # noqa: F401,F403
 from pycudadrv._version import __version__ as __version__
 from pycudadrv.config import show_config as show_config
 
-__all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_host.__all__,
+__all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_event.__all__, *_host.__all__,
                   *_memory.__all__, *_interop.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
                   *_graph.__all__, *_sequence.__all__, *_loops.__all__, *nvrtc.__all__, *link.__all__, *timestamps.__all__,
                   *queue.__all__,

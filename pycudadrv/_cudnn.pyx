@@ -395,7 +395,7 @@ cdef class MatmulPlan:
     cdef int _check_operand(self, Buffer buf, int which) except -1:
         name = _OPERANDS[which]
         expect = (self.a_shape, self.b_shape, self.out_shape)[which]
-        if buf._closed or (buf._root is not None and buf._root._closed):
+        if buf._closed or buf._alloc.freed:
             self._closed_operand(buf, which)
         if buf.device is None or buf.device.ordinal != self.device.ordinal:
             raise ArgumentValueError(f"{self._label}: {name} is on device "
@@ -424,7 +424,7 @@ cdef class MatmulPlan:
         if type(x) is Buffer:
             buf = <Buffer>x
             if buf is seen:                    # validated before: shape, dtype, device and pointer are fixed
-                if buf._closed or (buf._root is not None and buf._root._closed):
+                if buf._closed or buf._alloc.freed:
                     self._closed_operand(buf, which)
                 return buf
             self._check_operand(buf, which)
@@ -453,7 +453,7 @@ cdef class MatmulPlan:
         else:
             self._streams.append(s)
         if self._workspace is not None:
-            self._workspace.note_use(s)
+            self._workspace._alloc.use_on(s)
         self._last_stream = s
         return 0
 
@@ -528,9 +528,9 @@ cdef class MatmulPlan:
         st = _api.Execute(self._h.handle, self._plan, pack)
         if st != CUDNN_STATUS_SUCCESS:
             raise _error(st, "cudnnBackendExecute", f"executing {self!r} on {s!r}")
-        a.note_use(s)
-        b.note_use(s)
-        out.note_use(s)
+        a._alloc.use_on(s)
+        b._alloc.use_on(s)
+        out._alloc.use_on(s)
         return 0
 
     def __call__(self, a, b, out, stream=None):
@@ -575,9 +575,9 @@ cdef class MatmulPlan:
             self._switch_stream(s)
         cdef cudnnBackendDescriptor_t pack = self._pack(ba._ptr, bb._ptr, bc._ptr)
         self._set_stream(s)
-        ba.note_use(s)
-        bb.note_use(s)
-        bc.note_use(s)
+        ba._alloc.use_on(s)
+        bb._alloc.use_on(s)
+        bc._alloc.use_on(s)
         return (<uintptr_t>self._h.handle, <uintptr_t>self._plan, <uintptr_t>pack)
 
     # -- lifetime ---------------------------------------------------------------------------------

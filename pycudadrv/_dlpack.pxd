@@ -1,9 +1,10 @@
 from libc.stdint cimport uint64_t
+from pycudadrv._alloc cimport Allocation
 
-# A "dltensor" capsule over device memory at `ptr`, zero-copy. The capsule keeps
-# `owner` alive; when the consumer (or the capsule, if never consumed) releases
-# it, `owner._dlpack_released()` runs, then the reference is dropped.
-cdef object export_capsule(object owner, uint64_t ptr, int device_id, object dtype, tuple shape)
+# A "dltensor" capsule over device memory at `ptr` (inside `owner`), zero-copy. The
+# capsule holds `owner` (Allocation.add_hold: its free waits); when the consumer (or the
+# capsule, if never consumed) releases it, owner.release_hold() runs.
+cdef object export_capsule(Allocation owner, uint64_t ptr, int device_id, object dtype, tuple shape)
 # The `stream`, `dl_device` and `copy` arguments of __dlpack__ for memory on CUDA device
 # `ordinal`: ArgumentTypeError for values of the wrong type, ArgumentValueError for
 # another device or copy=True (the export is zero-copy).

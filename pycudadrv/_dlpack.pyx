@@ -5,6 +5,7 @@ from libc.stdint cimport uintptr_t, uint64_t, uint8_t, uint16_t, int32_t, int64_
 from libc.stdlib cimport malloc, free
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_SetName
 from cpython.ref cimport Py_INCREF, Py_DECREF
+from pycudadrv._alloc cimport Allocation
 
 import traceback
 import numpy as np
@@ -56,9 +57,9 @@ _DL_CODE = {"i": PYCUDADRV_kDLInt, "u": PYCUDADRV_kDLUInt, "f": PYCUDADRV_kDLFlo
 
 cdef void _dl_deleter(pycudadrv_DLManagedTensor* m) noexcept nogil:
     with gil:
-        owner = <object>m.manager_ctx
+        owner = <Allocation>m.manager_ctx
         try:
-            owner._dlpack_released()
+            owner.release_hold()
         except BaseException:
             traceback.print_exc()
         Py_DECREF(owner)
@@ -90,7 +91,7 @@ cdef int check_export_request(object stream, object dl_device, object copy, int 
     return 0
 
 
-cdef object export_capsule(object owner, uint64_t ptr, int device_id, object dtype, tuple shape):
+cdef object export_capsule(Allocation owner, uint64_t ptr, int device_id, object dtype, tuple shape):
     dt = np.dtype(dtype)
     code = _DL_CODE.get(dt.kind)
     if code is None or dt.fields is not None:
@@ -115,8 +116,14 @@ cdef object export_capsule(object owner, uint64_t ptr, int device_id, object dty
     m.dl_tensor.byte_offset = 0
     m.manager_ctx = <void*>owner
     m.deleter = _dl_deleter
-    Py_INCREF(owner)
-    return PyCapsule_New(m, "dltensor", _dl_capsule_destructor)
+    try:
+        cap = PyCapsule_New(m, "dltensor", _dl_capsule_destructor)
+    except BaseException:
+        free(m)
+        raise
+    Py_INCREF(owner)              # the capsule's (and then the consumer's) reference, dropped by the deleter
+    owner.add_hold()
+    return cap
 
 
 cdef class _DLPackOwner:

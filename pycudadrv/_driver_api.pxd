@@ -94,6 +94,10 @@ cdef extern from "pycudadrv/driver_api.h" nogil:
         CUresult (*p_cuGraphAddNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *nodeParams) noexcept nogil
         CUresult (*p_cuGraphConditionalHandleCreate)(CUgraphConditionalHandle *pHandle_out, CUgraph hGraph, CUcontext ctx, unsigned int defaultLaunchValue, unsigned int flags) noexcept nogil
         CUresult (*p_cuStreamBeginCaptureToGraph)(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUstreamCaptureMode mode) noexcept nogil
+        CUresult (*p_cuMemsetD2D32Async)(CUdeviceptr_v2 dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream) noexcept nogil
+        CUresult (*p_cuStreamCreateWithPriority)(CUstream *phStream, unsigned int flags, int priority) noexcept nogil
+        CUresult (*p_cuStreamGetPriority)(CUstream hStream, int *priority) noexcept nogil
+        CUresult (*p_cuCtxGetStreamPriorityRange)(int *leastPriority, int *greatestPriority) noexcept nogil
 
     ctypedef struct pycudadrv_entry_point:
         const char *name

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 
-__all__ = ["env_flag", "env_int", "ENVIRONMENT_VARIABLES"]
+__all__ = ["env_flag", "env_int", "foreign_sync_enabled", "ENVIRONMENT_VARIABLES"]
 
 _TRUE = frozenset(("1", "true", "yes", "on"))
 _FALSE = frozenset(("0", "false", "no", "off"))
@@ -39,6 +39,8 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_DEBUG": "1: log driver version, devices and init failures at start",
     "PYCUDADRV_CUDNN": "0 turns the cuDNN integration off",
     "PYCUDADRV_MPI_CUDA_AWARE": "1/0: pycudadrv.mpi treats the MPI library as CUDA-aware or not (unset: detect)",
+    "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "0: do not order another library's arrays after their producer's stream "
+                                           "(CuPy's CUPY_CUDA_ARRAY_INTERFACE_SYNC, Numba's NUMBA_...); default on",
 }
 
 
@@ -79,3 +81,16 @@ def env_int(name: str, default: int | None = None, minimum: int | None = None) -
         _warn_once(name, raw, f"an integer >= {minimum}")
         return default
     return v
+
+
+_foreign_sync: bool | None = None
+
+
+def foreign_sync_enabled(refresh: bool = False) -> bool:
+    """Whether memory from another library is ordered after its producer's stream
+    (``PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC``, on unless set to an off value; read
+    once, or again with ``refresh``)."""
+    global _foreign_sync
+    if _foreign_sync is None or refresh:
+        _foreign_sync = env_flag("PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC", True)
+    return _foreign_sync

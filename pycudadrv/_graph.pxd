@@ -10,7 +10,7 @@ cdef class CapturedGraph:
     cdef Capture _capture            # while the `with` block runs
     cdef list _held                  # objects the graph keeps alive
     cdef list _kernels               # per captured launch: (node, fn, grid, block, shmem, args, devnode)
-    cdef list _roots                 # allocations whose frees wait until the graph is closed
+    cdef list _roots                 # Allocations whose frees wait until the graph is closed
     cdef list _launch_streams        # streams it was launched on (frees of held memory wait for them)
     cdef Stream _last_launch
     cdef list _after_end             # callables run on the ended graph before it is instantiated
@@ -24,3 +24,4 @@ cdef class CapturedGraph:
     # hooks, instantiate (and upload). `g` is owned from here on.
     cdef int adopt(self, CUgraph g, Capture c) except -1
     cdef int _release(self, bint raise_errors) except -1
+    cdef int _destroy(self, bint raise_errors) except -1

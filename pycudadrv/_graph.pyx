@@ -9,7 +9,9 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, as_device
-from pycudadrv._stream cimport Stream, Capture, begin_capture, resolve_stream
+from pycudadrv._stream cimport (Stream, Capture, begin_capture, resolve_stream, destroy_handle, DESTROY_GRAPH,
+                                DESTROY_GRAPH_EXEC)
+from pycudadrv._alloc cimport Allocation
 from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, pycudadrv_arena,
                                  pycudadrv_arena_init, pycudadrv_arena_release)
@@ -49,6 +51,13 @@ def graph_memory_used(device=None):
     check(driver().p_cuDeviceGetGraphMemAttribute(dev._handle, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v),
           "cuDeviceGetGraphMemAttribute")
     return v
+
+
+cdef int _hold(CapturedGraph g, Allocation a) except -1:
+    """The graph keeps `a`: its free waits until the graph is closed."""
+    a.add_hold()
+    g._roots.append(a)
+    return 0
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
@@ -140,9 +149,8 @@ cdef class CapturedGraph:
         self._held = list(c.held)
         self._kernels = list(c.kernels)
         for obj in self._held:
-            if isinstance(obj, Buffer) and (<Buffer>obj)._root is not None:
-                (<Buffer>obj).add_hold()
-                self._roots.append(obj)
+            if isinstance(obj, Buffer):
+                _hold(self, (<Buffer>obj)._alloc)
         check(d.p_cuGraphGetNodes(g, NULL, &n), "cuGraphGetNodes")
         if n == 0:
             self._release(False)
@@ -293,7 +301,7 @@ cdef class CapturedGraph:
             params.gridDimX, params.gridDimY, params.gridDimZ = grid
             params.blockDimX, params.blockDimY, params.blockDimZ = block
             params.sharedMemBytes = shmem
-            params.kernelParams = marshal(&arena, lay, args, specs)
+            params.kernelParams = marshal(&arena, lay, args, specs, None)
             self._stream.device.activate()
             r = driver().p_cuGraphExecKernelNodeSetParams(self._exec, <CUgraphNode><uintptr_t>node, &params)
             if r != CUDA_SUCCESS:
@@ -306,11 +314,29 @@ cdef class CapturedGraph:
         self._held.extend(args)
         for a in args:
             if isinstance(a, Buffer):
-                (<Buffer>a).add_hold()
-                self._roots.append(a)
+                _hold(self, (<Buffer>a)._alloc)
         self._kernels[index] = (node, fn, grid, block, shmem, tuple(args), devnode)
         if self._device_updated:
             self._upload_first = True
+
+    def set_kernel_arg(self, Py_ssize_t index, Py_ssize_t arg, value):
+        """Replace argument ``arg`` of the ``index``-th captured kernel launch
+        (the others stay as captured), as :meth:`PreparedLaunch.set_arg` does
+        for a prepared launch (``cuGraphExecKernelNodeSetParams``); whole or
+        not at all.
+
+        Raises ArgumentIndexError for no such launch or argument, and as
+        :meth:`set_kernel_args`."""
+        self._ready()
+        if index < 0 or index >= len(self._kernels):
+            raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
+                                     "out of range")
+        args = list(self._kernels[index][5])
+        if arg < 0 or arg >= len(args):
+            raise ArgumentIndexError(f"launch #{index} ('{self._kernels[index][1].name}') has {len(args)} arguments; "
+                                     f"argument {arg} is out of range")
+        args[arg] = value
+        self.set_kernel_args(index, *args)
 
     def debug_dot(self, path, bint verbose=True):
         """Write the driver's DOT description of the graph to ``path``
@@ -323,16 +349,16 @@ cdef class CapturedGraph:
 
     cdef int _release(self, bint raise_errors) except -1:
         """Let go of the held allocations: frees wait for every stream the graph ran on."""
-        cdef Buffer b
+        cdef Allocation a
         roots, self._roots = self._roots, []
         streams, self._launch_streams = self._launch_streams, []
         for obj in roots:
-            b = <Buffer>obj
+            a = <Allocation>obj
             try:
                 for s in streams:
-                    b.note_use(<Stream>s)
-                b.note_use(self._stream)
-                b.release_hold()
+                    a.note_use(<Stream>s)
+                a.note_use(self._stream)
+                a.release_hold()
             except Exception as e:
                 if raise_errors:
                     raise
@@ -348,28 +374,25 @@ cdef class CapturedGraph:
         Raises StateError while the graph is being captured."""
         if self._capture is not None:
             raise StateError("cannot close a graph while it is being captured")
-        cdef pycudadrv_driver_api* d
-        if self._exec != NULL or self._graph != NULL:
-            d = driver()
-            self._stream.device.activate()
-            if self._exec != NULL:
-                check(d.p_cuGraphExecDestroy(self._exec), "cuGraphExecDestroy")
-                self._exec = NULL
-            if self._graph != NULL:
-                check(d.p_cuGraphDestroy(self._graph), "cuGraphDestroy")
-                self._graph = NULL
+        self._destroy(True)
         self._closed = True
         self._release(True)
 
+    cdef int _destroy(self, bint raise_errors) except -1:
+        # While a capture forbids it on this thread (another graph being recorded), the driver
+        # would invalidate that capture: destroy_handle defers both to its end.
+        cdef CUgraphExec e = self._exec
+        cdef CUgraph g = self._graph
+        self._exec = NULL
+        self._graph = NULL
+        cdef Device dev = self._stream.device if self._stream is not None else None
+        destroy_handle(DESTROY_GRAPH_EXEC, <void*>e, dev, raise_errors)
+        destroy_handle(DESTROY_GRAPH, <void*>g, dev, raise_errors)
+        return 0
+
     def __dealloc__(self):
-        cdef pycudadrv_driver_api* d
         try:
-            if self._exec != NULL or self._graph != NULL:
-                d = driver()
-                if self._exec != NULL:
-                    d.p_cuGraphExecDestroy(self._exec)
-                if self._graph != NULL:
-                    d.p_cuGraphDestroy(self._graph)
+            self._destroy(False)
             self._release(False)
         except Exception as e:
             warn_dealloc_failure("CapturedGraph", e)

@@ -1,3 +1,7 @@
+from libc.stdint cimport uint64_t
+from pycudadrv._device cimport Device
+from pycudadrv._stream cimport Stream
+
 # obj.__cuda_array_interface__, or None when it has none; ArgumentTypeError when reading it raises.
 cdef object read_cai(object obj)
 # The data pointer of a __cuda_array_interface__ dict, as an int in [0, 2**64);
@@ -8,3 +12,13 @@ cdef tuple cai_geometry(object cai)
 # Whether a CAI dict describes C-contiguous memory (strides None or row-major); with
 # strides, its shape, typestr and strides are checked first (ArgumentValueError).
 cdef bint cai_is_contiguous(object cai) except -1
+
+# Order the work that produced foreign memory `obj` (its __cuda_array_interface__ `cai`,
+# or None when it has none) before `s`: CAI v3's `stream`, or for an object whose CAI names
+# no stream (or that has none) its __dlpack__(stream=...) request; nothing when the
+# PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC switch is off or `s` is None. Inside a capture the
+# wait is an external event node the capture keeps alive.
+cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1
+# The device pointer of a DLPack-only object (C-contiguous), its producer ordered before `s`
+# (None: no ordering). ArgumentTypeError naming what is wrong.
+cdef uint64_t dlpack_pointer(object obj, Stream s, Device dev) except? 0

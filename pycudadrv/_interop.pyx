@@ -1,18 +1,23 @@
 # cython: language_level=3
 """Other libraries' device arrays: reading __cuda_array_interface__ and DLPack
-safely, and asbuffer() to wrap them as Buffers, zero-copy."""
+safely, ordering them after their producer's stream, and asbuffer() to wrap
+them as Buffers (over a foreign Allocation), zero-copy."""
 from libc.stdint cimport uintptr_t, uint64_t
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, get_device, as_device
-from pycudadrv._stream cimport Stream, order_after
-from pycudadrv._memory cimport Buffer, new_buffer
+from pycudadrv._driver cimport driver, check
+from pycudadrv._stream cimport Stream
+from pycudadrv._ordering cimport ReadyEvent, ready_event
+from pycudadrv._alloc cimport Allocation, foreign
+from pycudadrv._memory cimport Buffer, buffer_over
 from pycudadrv._dlpack cimport import_capsule
 
 import numpy as np
 from pycudadrv._dlpack import KDL_CUDA, KDL_CUDA_MANAGED
+from pycudadrv._env import foreign_sync_enabled
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
 
-__all__ = ["asbuffer"]
+__all__ = ["asbuffer", "data_pointer"]
 
 
 cdef str _short(object v):
@@ -95,23 +100,78 @@ cdef bint cai_is_contiguous(object cai) except -1:
     return True
 
 
-cdef Buffer _wrap_foreign(object owner, uint64_t ptr, size_t nbytes, object dt, tuple shape, Device dev):
-    cdef Buffer b = new_buffer()
-    b.device = dev
-    b._stream = <Stream>dev.default_stream
-    b._root = b
-    b._owner = owner
-    b._ptr = <CUdeviceptr>ptr
-    b._nbytes = nbytes
-    b._dtype = dt
-    b._shape = shape
-    return b
+# Per device, a private stream a DLPack producer orders its work onto when the consumer's own
+# stream cannot be named to it (the consumer is not known yet, or it is being captured).
+cdef dict _sync_streams = {}
 
 
-cdef Buffer _from_dlpack(obj, device):
+cdef Stream _sync_stream(Device dev):
+    s = _sync_streams.get(dev.ordinal)
+    if s is None:
+        s = _sync_streams[dev.ordinal] = Stream(dev)
+    return <Stream>s
+
+
+cdef bint _capturing(Stream s) except -1:
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    if s._capture is not None:
+        return True
+    if s._handle == NULL:
+        return False
+    check(driver().p_cuStreamIsCapturing(s._handle, &st), "cuStreamIsCapturing")
+    return st != CU_STREAM_CAPTURE_STATUS_NONE
+
+
+cdef object _cai_stream(object cai, object obj):
+    """The producer stream a CAI dict names: a CUstream handle (1: legacy default, 2:
+    per-thread default), or None for "no ordering needed". ArgumentTypeError otherwise."""
+    v = cai.get("stream")
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 < v < 2**64:
+        raise ArgumentTypeError(f"{type(obj).__name__}: its __cuda_array_interface__ 'stream' must be None or a "
+                                f"CUstream handle (1: the legacy default stream, 2: per-thread; 0 is not allowed "
+                                f"by CAI v3), got {_short(v)}")
+    return int(v)
+
+
+cdef int _release_capsule(object capsule, object obj) except -1:
+    """Take over (and at once release) a capsule returned only for its stream ordering."""
+    import_capsule(capsule, obj)
+    return 0
+
+
+cdef int _dlpack_order(object obj, Stream s, Device dev) except -1:
+    """Ask a DLPack producer to order its work before `s` (__dlpack__(stream=s)); when `s`
+    captures, onto the private stream instead, which `s` then waits for (an external node)."""
+    cdef Stream target = _sync_stream(dev) if _capturing(s) else s
+    _release_capsule(obj.__dlpack__(stream=int(<uintptr_t>target._handle) or 1), obj)
+    if target is not s:
+        ready_event(target._handle, dev).wait_on(s)
+    return 0
+
+
+cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1:
+    if s is None or not foreign_sync_enabled():
+        return 0
+    if cai is not None and "stream" in cai:
+        h = _cai_stream(cai, obj)
+        if h is not None and h != <uintptr_t>s._handle:
+            ready_event(<CUstream><uintptr_t>h, dev).wait_on(s)
+        return 0
+    if callable(getattr(obj, "__dlpack__", None)):
+        # No producer stream named (PyTorch's CAI is version 2): ask through DLPack.
+        _dlpack_order(obj, s, dev)
+    return 0
+
+
+cdef tuple _import_dlpack(object obj, object device, bint sync, Stream target, str who):
+    """(keeper, pointer, nbytes, dtype, shape, device) of a DLPack object, C-contiguous. With
+    `sync` the producer is asked to order its work before `target` (None: the private stream
+    of the tensor's device), else not at all (stream=-1)."""
     cdef Device dev = as_device(device)
     if not callable(getattr(obj, "__dlpack__", None)):
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}.__dlpack__ is not callable")
+        raise ArgumentTypeError(f"{who}: {type(obj).__name__}.__dlpack__ is not callable")
     try:
         dl_dev = obj.__dlpack_device__()
     except AttributeError:
@@ -120,31 +180,54 @@ cdef Buffer _from_dlpack(obj, device):
         try:
             dl_type, dl_id = int(dl_dev[0]), int(dl_dev[1])
         except (TypeError, ValueError, IndexError, OverflowError):
-            raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}.__dlpack_device__() returned {_short(dl_dev)}, "
+            raise ArgumentTypeError(f"{who}: {type(obj).__name__}.__dlpack_device__() returned {_short(dl_dev)}, "
                                     "not (device_type, device_id)") from None
         if dl_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
-            raise ArgumentTypeError(f"asbuffer: {type(obj).__name__} lives on DLPack device {(dl_type, dl_id)}, "
+            raise ArgumentTypeError(f"{who}: {type(obj).__name__} lives on DLPack device {(dl_type, dl_id)}, "
                                     "not CUDA")
         if device is None:
             dev = get_device(dl_id)
-    capsule = obj.__dlpack__(stream=int(<uintptr_t>(<Stream>dev.default_stream)._handle))
+    if not sync:
+        request = -1
+    else:
+        request = int(<uintptr_t>(target if target is not None else _sync_stream(dev))._handle) or 1
+    capsule = obj.__dlpack__(stream=request)
     owner, ptr, dev_type, dev_id, dt, shape, strides = import_capsule(capsule, obj)
     if dev_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
-        raise ArgumentTypeError(f"asbuffer: DLPack tensor on device type {dev_type}, not CUDA")
+        raise ArgumentTypeError(f"{who}: DLPack tensor on device type {dev_type}, not CUDA")
     count = 1
-    for s in shape:
-        count *= s
+    for n in shape:
+        count *= n
     if strides is not None and count > 1:
         expect = 1
         for k in reversed(range(len(shape))):
             if shape[k] != 1 and strides[k] != expect:
-                raise ArgumentTypeError(f"asbuffer: non-contiguous DLPack tensor (shape {shape}, strides "
+                raise ArgumentTypeError(f"{who}: non-contiguous DLPack tensor (shape {shape}, strides "
                                         f"{strides} in elements); make it contiguous first (e.g. "
                                         "x.contiguous() in PyTorch, jnp.copy / cupy.ascontiguousarray)")
             expect *= shape[k]
     if count * dt.itemsize >= 2**64:
-        raise ArgumentTypeError(f"asbuffer: DLPack tensor of shape {shape} and {dt} is more bytes than any device holds")
-    return _wrap_foreign(owner, ptr, count * dt.itemsize, dt, shape, get_device(dev_id))
+        raise ArgumentTypeError(f"{who}: DLPack tensor of shape {shape} and {dt} is more bytes than any device holds")
+    return owner, ptr, count * dt.itemsize, dt, shape, get_device(dev_id)
+
+
+cdef uint64_t dlpack_pointer(object obj, Stream s, Device dev) except? 0:
+    cdef Stream target = None
+    if s is not None and foreign_sync_enabled():
+        target = _sync_stream(dev) if _capturing(s) else s
+    owner, ptr, nbytes, dt, shape, where = _import_dlpack(obj, dev, target is not None, target, "DLPack argument")
+    if target is not None and target is not s:
+        ready_event(target._handle, dev).wait_on(s)
+    del owner        # the producer's deleter runs: the caller's object keeps the memory
+    return <uint64_t>ptr
+
+
+cdef Buffer _from_dlpack(obj, device):
+    sync = foreign_sync_enabled()
+    owner, ptr, nbytes, dt, shape, dev = _import_dlpack(obj, device, sync, None, "asbuffer")
+    cdef ReadyEvent ready = ready_event((<Stream>_sync_stream(dev))._handle, dev) if sync else None
+    cdef Allocation a = foreign(<CUdeviceptr>ptr, nbytes, dev, owner, ready)
+    return buffer_over(a, a.ptr, nbytes, dt, shape, None)
 
 
 def asbuffer(obj, *, device=None):
@@ -153,14 +236,21 @@ def asbuffer(obj, *, device=None):
     PyTorch, Numba) or ``__dlpack__`` (PyTorch, JAX, CuPy, ...).
 
     The data must be C-contiguous; the buffer records the object's dtype and
-    shape. With CAI v3 the producer's stream is made to precede this device's
-    default stream; with DLPack the producer orders its pending work itself.
+    shape. The producer's work queued so far is waited for by every stream
+    that uses the buffer, without a host synchronisation: with CAI v3 an
+    event recorded on the producer's ``stream``; with DLPack (and for an
+    object whose CAI names no stream, such as a PyTorch tensor) the producer
+    orders its work onto a private stream when asked (``__dlpack__(stream=)``),
+    and an event there. Each stream waits once (at its first use); inside a
+    capture the wait is an external event node. The
+    ``PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC=0`` switch turns this off.
 
     Raises
     ------
     ArgumentTypeError
         ``obj`` exports neither protocol, lives on the host, or is not
-        C-contiguous (strided memory is never treated as contiguous).
+        C-contiguous (strided memory is never treated as contiguous); a CAI
+        ``stream`` that is not None or a stream handle.
     """
     if isinstance(obj, Buffer):
         return obj
@@ -186,17 +276,54 @@ def asbuffer(obj, *, device=None):
                                 f"{strides} in bytes); make it contiguous first (e.g. "
                                 "x.contiguous() in PyTorch, cupy.ascontiguousarray(x))")
     count = 1
-    for s in shape:
-        count *= s
+    for n in shape:
+        count *= n
     if count * dt.itemsize >= 2**64:
         raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: shape {shape} of {dt} is {count * dt.itemsize} "
                                 "bytes, more than any device holds")
-    producer_stream = cai.get("stream")
-    if producer_stream is not None and (isinstance(producer_stream, bool) or not isinstance(producer_stream, int)):
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: its __cuda_array_interface__ 'stream' must be an "
-                                f"int (a CUstream handle) or None, got {_short(producer_stream)}")
+    try:
+        producer = _cai_stream(cai, obj) if "stream" in cai else None
+    except ArgumentTypeError as e:
+        raise ArgumentTypeError(f"asbuffer: {e}") from None
     cdef Device dev = as_device(device)
-    cdef Buffer b = _wrap_foreign(obj, ptr, count * dt.itemsize, dt, shape, dev)
-    if producer_stream:  # CAI v3: order the producer's pending work before ours
-        order_after(b._stream, Stream.from_handle(int(producer_stream), dev))
-    return b
+    cdef ReadyEvent ready = None
+    if foreign_sync_enabled():
+        if producer is not None:          # CAI v3: the producer's work so far
+            ready = ready_event(<CUstream><uintptr_t>producer, dev)
+        elif "stream" not in cai and callable(getattr(obj, "__dlpack__", None)):
+            _release_capsule(obj.__dlpack__(stream=int(<uintptr_t>_sync_stream(dev)._handle)), obj)
+            ready = ready_event((<Stream>_sync_stream(dev))._handle, dev)
+    cdef Allocation a = foreign(<CUdeviceptr>ptr, count * dt.itemsize, dev, obj, ready)
+    return buffer_over(a, a.ptr, count * dt.itemsize, dt, shape, None)
+
+
+def data_pointer(obj, *, bint strided=False):
+    """The device address of ``obj`` (a Buffer or view, or any object with
+    ``__cuda_array_interface__``) as an int, to pass explicitly where a kernel
+    takes a pointer. Strided memory is refused unless ``strided=True``: the
+    opt-in for kernels that index with the strides themselves.
+
+    Raises ArgumentTypeError for other objects or (without ``strided``)
+    non-contiguous ones, ClosedError for a closed Buffer."""
+    if isinstance(obj, Buffer):
+        (<Buffer>obj).ensure_open()
+        return (<Buffer>obj)._ptr
+    try:
+        cai = read_cai(obj)
+    except ArgumentTypeError as e:
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e.__cause__
+    if cai is None:
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} has no __cuda_array_interface__")
+    try:
+        ptr = cai_data_pointer(cai)
+        if strided:
+            cai_geometry(cai)
+            contiguous = True
+        else:
+            contiguous = cai_is_contiguous(cai)
+    except ArgumentValueError as e:
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e
+    if not contiguous:
+        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} is strided (strides {tuple(cai['strides'])}); "
+                                "pass strided=True if the kernel handles the strides")
+    return ptr

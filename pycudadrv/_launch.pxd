@@ -39,15 +39,19 @@ cdef class PreparedLaunch:
     cdef ParamSpec* specs           # layout used (the function's, or inferred at bind)
     cdef int n
     cdef list _held                 # the Python objects currently bound, kept alive
-    cdef list _watch                # the bound Buffers: each launch checks they are still open
+    cdef list _watch                # the bound Buffers: each launch checks they are still open (foreign
+                                    # memory bound as it is is watched through a Buffer over it)
+    cdef list _watch_k              # the parameter index of each
     cdef CUlaunchConfig ex_config
     cdef CUlaunchAttribute ex_attrs[4]
 
     cdef int _launch(self, bint activate=*) except -1
     cdef uintptr_t _launch_updatable(self) except? 1
-    cdef int _check_bound(self) except -1
+    cdef int _check_bound(self, Stream s) except -1
     cdef int _ensure_scratch(self) except -1
     cdef int _launch_checks(self) except -1
+    cdef int _pack_all(self, tuple args, pycudadrv_arena* arena) except -1
+    cdef int _bind(self, tuple args) except -1
 
 # The one place kernels are launched (cuLaunchKernel, or cuLaunchKernelEx when the
 # configuration has launch attributes or the stream's capture asks for PDL or a

@@ -12,9 +12,11 @@ from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
 from pycudadrv._kernel cimport KernelBase, kernel_token, parse_dims, validate_config
-from pycudadrv._stream cimport (Stream, Event, Capture, resolve_stream, captures_active,
+from pycudadrv._event cimport Event
+from pycudadrv._stream cimport (Stream, Capture, resolve_stream, captures_active,
                                 check_launch_outside_capture)
 from pycudadrv._memory cimport Buffer
+from pycudadrv._interop cimport read_cai
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, marshal, marshal_cached, infer_layout,
                                  args_summary, pycudadrv_arena_layout,
                                  pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
@@ -478,10 +480,10 @@ cdef class Function(KernelBase):
         try:
             if lay.n < 0:
                 specs = inferred = infer_layout(lay, args)
-            kp = marshal(&arena, lay, args, specs)
+            kp = marshal(&arena, lay, args, specs, s)
             for k in range(n):
                 if type(args[k]) is Buffer:
-                    (<Buffer>args[k]).note_use(s)
+                    (<Buffer>args[k])._alloc.note_use(s)
             self.device.activate()
             issue_launch(self, g, b, shared_mem_bytes, s, kp, lc, args, False)
         finally:

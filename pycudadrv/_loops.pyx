@@ -52,14 +52,16 @@ extern "C" __device__ __cudart_builtin__ cudaError_t CUDARTAPI cudaGraphKernelNo
     cudaGraphDeviceNode_t node, dim3 gridDim);
 extern "C" __device__ __cudart_builtin__ cudaError_t CUDARTAPI cudaGraphKernelNodeSetEnabled(
     cudaGraphDeviceNode_t node, bool enable);
-// GPU-driven indirect dispatch: the exact grid of a device-updatable kernel node from three counts on the
-// device; a zero count (or one beyond the device's grid limits) disables the node for this replay.
+// GPU-driven indirect dispatch: the grid of a device-updatable kernel node (launched with the indirect
+// pointer, so it walks the workgroups from blockIdx.x with a stride of gridDim.x) from three counts on the
+// device: one block per workgroup, up to the device's grid limit in x (beyond it, each block takes several);
+// no workgroup at all disables the node for this replay. No count is ever too large to run.
 extern "C" __global__ void pycudadrv_indirect_update(cudaGraphDeviceNode_t node, const unsigned int* counts,
-                                                    unsigned int max_x, unsigned int max_y, unsigned int max_z) {
+                                                    unsigned int max_x) {
     pycudadrv_wait_producer();
-    unsigned int x = counts[0], y = counts[1], z = counts[2];
-    bool on = x && y && z && x <= max_x && y <= max_y && z <= max_z;
-    if (on) cudaGraphKernelNodeSetGridDim(node, dim3(x, y, z));
+    unsigned long long groups = (unsigned long long)counts[0] * counts[1] * counts[2];
+    bool on = groups != 0;
+    if (on) cudaGraphKernelNodeSetGridDim(node, dim3(groups < max_x ? (unsigned int)groups : max_x, 1, 1));
     cudaGraphKernelNodeSetEnabled(node, on);
     __threadfence();
 }
@@ -310,12 +312,14 @@ cdef class DeviceLoop(CapturedGraph):
     def _state_words(self):
         if self._state is None:
             raise StateError("this DeviceLoop is not initialised: make one with stream.loop(...)")
-        return self._state.to_numpy(stream=self._stream)
+        # On the stream of the last launch (which may be another than the capture stream): the words
+        # are those that launch wrote.
+        return self._state.to_numpy(stream=self._last_launch if self._last_launch is not None else self._stream)
 
     @property
     def iterations(self):
         """Iterations the last launch made (0 before any launch); reads a
-        device word, so it waits for the loop's stream."""
+        device word, so it waits for the stream that launch ran on."""
         if self.max_iterations == 0:
             return 0
         return int(self._state_words()[1])
@@ -357,7 +361,7 @@ def patch_kernel_node(graph, node, Function fn not None, grid, block, unsigned i
         params.gridDimX, params.gridDimY, params.gridDimZ = grid
         params.blockDimX, params.blockDimY, params.blockDimZ = block
         params.sharedMemBytes = shared_mem_bytes
-        params.kernelParams = marshal(&arena, lay, tuple(args), lay.specs)
+        params.kernelParams = marshal(&arena, lay, tuple(args), lay.specs, None)
         fn.device.activate()
         check(driver().p_cuGraphKernelNodeSetParams(<CUgraphNode><uintptr_t>node, &params),
               "cuGraphKernelNodeSetParams")

@@ -51,12 +51,14 @@ cdef class ParamLayout:
 cdef ParamLayout new_layout(str name, Device device, size_t limit)
 
 # Write argument `a` for parameter `p` (index i) into `dst` (at least p.size
-# bytes, zeroed). Raises ArgumentTypeError/ArgumentValueError naming the kernel,
+# bytes, zeroed), for a launch on `s`: memory from another library is ordered after
+# its producer on `s`, and so is a Buffer over such memory (None: no ordering, for
+# graph updates). Raises ArgumentTypeError/ArgumentValueError naming the kernel,
 # the parameter and the value.
-cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1
-# Marshal every argument for specs[i] into a freshly initialised arena; returns
-# the void* array for cuLaunchKernel.
-cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs) except NULL
+cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst, Stream s) except -1
+# Marshal every argument for specs[i] into a freshly initialised arena (for a launch on `s`,
+# as pack_arg); returns the void* array for cuLaunchKernel.
+cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs, Stream s) except NULL
 # Marshal into an arena already laid out for lay.specs, skipping the arguments that are the
 # very immutable scalar object kept in keep[i] (owned references, or NULL; updated here:
 # only scalars are kept, never buffers, so nothing holds memory alive); notes `s` as a user

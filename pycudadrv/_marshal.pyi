@@ -6,7 +6,7 @@ from typing import Any, Final
 
 from pycudadrv._signature import Param
 
-__all__ = ['ParamKind', 'ParamLayout', 'pack_arguments', 'data_pointer', 'PARAM_LIMIT_CLASSIC', 'PARAM_LIMIT_LARGE', 'FLOAT32_MAX']
+__all__ = ['ParamKind', 'ParamLayout', 'pack_arguments', 'PARAM_LIMIT_CLASSIC', 'PARAM_LIMIT_LARGE', 'FLOAT32_MAX']
 
 PARAM_LIMIT_CLASSIC: Final[int]
 PARAM_LIMIT_LARGE: Final[int]
@@ -34,4 +34,3 @@ class ParamLayout:
 def pack_arguments(
     layout: str | Sequence[Any] | Sequence[Param], args: Sequence[Any], name: str = "kernel"
 ) -> tuple[list[bytes], list[int], bool]: ...
-def data_pointer(obj: object, *, strided: bool = False) -> int: ...

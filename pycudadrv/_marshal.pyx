@@ -14,13 +14,15 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, peer_enabled
 from pycudadrv._stream cimport Stream
+from pycudadrv._alloc cimport Allocation
 from pycudadrv._memory cimport Buffer
-from pycudadrv._interop cimport read_cai, cai_data_pointer, cai_geometry, cai_is_contiguous
+from pycudadrv._interop cimport (read_cai, cai_data_pointer, cai_geometry, cai_is_contiguous, order_foreign,
+                                 dlpack_pointer)
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
 
-__all__ = ["ParamKind", "ParamLayout", "pack_arguments", "data_pointer", "PARAM_LIMIT_CLASSIC",
+__all__ = ["ParamKind", "ParamLayout", "pack_arguments", "PARAM_LIMIT_CLASSIC",
            "PARAM_LIMIT_LARGE", "FLOAT32_MAX"]
 
 #: Bytes of kernel parameters every driver accepts, and what CUDA 12.1+ drivers accept on Volta and newer.
@@ -339,6 +341,15 @@ cdef int _ensure_buffer_open(Buffer b, ParamLayout lay, Py_ssize_t i) except -1:
     return 0
 
 
+cdef int _buffer_attention(Buffer b, ParamLayout lay, Py_ssize_t i, Stream s) except -1:
+    """A Buffer argument whose allocation asks for attention: closed (raises naming the
+    parameter), or foreign memory whose producer `s` must wait for."""
+    _ensure_buffer_open(b, lay, i)
+    if s is not None and b._alloc.ready is not None:
+        b._alloc.order_on(s)
+    return 0
+
+
 cdef uint64_t _cai_pointer(object a, object cai, ParamLayout lay, Py_ssize_t i, ParamSpec* p) except? 0:
     try:
         ptr = <uint64_t>cai_data_pointer(cai)
@@ -353,39 +364,7 @@ cdef uint64_t _cai_pointer(object a, object cai, ParamLayout lay, Py_ssize_t i, 
     return ptr
 
 
-def data_pointer(obj, *, bint strided=False):
-    """The device address of ``obj`` (a Buffer or view, or any object with
-    ``__cuda_array_interface__``) as an int, to pass explicitly where a kernel
-    takes a pointer. Strided memory is refused unless ``strided=True``: the
-    opt-in for kernels that index with the strides themselves.
-
-    Raises ArgumentTypeError for other objects or (without ``strided``)
-    non-contiguous ones, ClosedError for a closed Buffer."""
-    if isinstance(obj, Buffer):
-        (<Buffer>obj).ensure_open()
-        return (<Buffer>obj)._ptr
-    try:
-        cai = read_cai(obj)
-    except ArgumentTypeError as e:
-        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e.__cause__
-    if cai is None:
-        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} has no __cuda_array_interface__")
-    try:
-        ptr = cai_data_pointer(cai)
-        if strided:
-            cai_geometry(cai)
-            contiguous = True
-        else:
-            contiguous = cai_is_contiguous(cai)
-    except ArgumentValueError as e:
-        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e
-    if not contiguous:
-        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} is strided (strides {tuple(cai['strides'])}); "
-                                "pass strided=True if the kernel handles the strides")
-    return ptr
-
-
-cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
+cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst, Stream s) except -1:
     cdef double re, im
     cdef float fre, fim
     if a is None:
@@ -393,7 +372,7 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
             raise _arg_error(lay, i, p, a, "None (a null pointer) fits pointer parameters only")
         return _pack_pointer(0, lay, i, p, dst, a)
     if isinstance(a, Buffer):
-        _ensure_buffer_open(<Buffer>a, lay, i)
+        _buffer_attention(<Buffer>a, lay, i, s)
         _check_device(<Buffer>a, lay, i)
         return _pack_pointer((<Buffer>a)._ptr, lay, i, p, dst, a)
     if isinstance(a, np.ndarray):
@@ -454,20 +433,28 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
         cai = read_cai(a)
     except ArgumentTypeError as e:
         raise _arg_error(lay, i, p, a, str(e)) from e.__cause__
+    cdef uint64_t ptr
     if cai is not None:
-        return _pack_pointer(_cai_pointer(a, cai, lay, i, p), lay, i, p, dst, a)
-    if hasattr(a, "__dlpack__"):
-        from pycudadrv._interop import asbuffer
+        ptr = _cai_pointer(a, cai, lay, i, p)
+        _pack_pointer(ptr, lay, i, p, dst, a)      # the checks first: ordering is for a valid argument
         try:
-            b = asbuffer(a, device=lay.device)
+            order_foreign(a, cai, s, lay.device if lay.device is not None else s.device if s is not None else None)
         except ArgumentTypeError as e:
             raise _arg_error(lay, i, p, a, str(e)) from None
-        return _pack_pointer((<Buffer>b)._ptr, lay, i, p, dst, a)
+        return 0
+    if hasattr(a, "__dlpack__"):
+        if p.size != 8 or p.kind == FLOAT or p.kind == BYTES:
+            return _pack_pointer(0, lay, i, p, dst, a)     # refused before the producer is asked anything
+        try:
+            ptr = dlpack_pointer(a, s, lay.device if lay.device is not None else s.device if s is not None else None)
+        except ArgumentTypeError as e:
+            raise _arg_error(lay, i, p, a, str(e)) from None
+        return _pack_pointer(ptr, lay, i, p, dst, a)
     raise _arg_error(lay, i, p, a, "unsupported argument type (use a Buffer, a numpy scalar, int, float, "
                      "complex, bool, None, bytes, or an object with __cuda_array_interface__ or __dlpack__)")
 
 
-cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
+cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst, Stream s) except -1:
     cdef type t = type(a)
     cdef Buffer b
     cdef double x
@@ -476,8 +463,8 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
     cdef long long v
     if t is Buffer:
         b = <Buffer>a
-        if b._closed or b._root._closed:
-            _ensure_buffer_open(b, lay, i)
+        if b._closed or b._alloc.attention:
+            _buffer_attention(b, lay, i, s)
         if b.device is not lay.device and lay.device is not None:
             _check_device(b, lay, i)
         if p.size == 8 and p.kind != FLOAT and p.kind != BYTES:
@@ -510,12 +497,12 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
             ((p.kind == FLOAT) == _np_is_float[k] and not _np_is_complex[k])):
         memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])   # bit for bit: the dtype was chosen
         return 0
-    return _slow_path(a, lay, i, p, dst)     # out of line: its checks never weigh on the fast paths above
+    return _slow_path(a, lay, i, p, dst, s)  # out of line: its checks never weigh on the fast paths above
 
 
 # pack_arg calls the slow path through this pointer, so the C compiler cannot inline it: inlined, its
 # many checks cost pack_arg's fast paths a larger stack frame and register spills on every call.
-cdef int (*_slow_path)(object, ParamLayout, Py_ssize_t, ParamSpec*, unsigned char*) except -1
+cdef int (*_slow_path)(object, ParamLayout, Py_ssize_t, ParamSpec*, unsigned char*, Stream) except -1
 _slow_path = _pack_slow
 
 
@@ -564,13 +551,13 @@ cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL:
     return specs
 
 
-cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs) except NULL:
+cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs, Stream s) except NULL:
     cdef Py_ssize_t i, n = len(args)
     if n and pycudadrv_arena_layout(arena, <const unsigned char*>&specs[0].size, sizeof(ParamSpec),
                                     <uint32_t>n) != 0:
         raise MemoryError("kernel argument arena")
     for i in range(n):
-        pack_arg(args[i], lay, i, &specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
+        pack_arg(args[i], lay, i, &specs[i], pycudadrv_arena_at(arena, <uint32_t>i), s)
     return pycudadrv_arena_finish(arena)
 
 
@@ -602,21 +589,23 @@ cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, 
     cdef void* pa
     cdef void* t
     cdef Buffer b
+    cdef Allocation al
     for i in range(n):
         pa = _tuple_item(args, i)
         t = (<_PyObjectHead*>pa).ob_type
         if t == _T_BUFFER:
             b = <Buffer><object>pa
-            pack_arg(b, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))   # open check + 8 bytes
-            if s is not b._stream and s is not b._root._last_user:
-                b.note_use(s)
+            pack_arg(b, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i), s)   # open check + 8 bytes
+            al = b._alloc
+            if s is not al.stream and s is not al.last_user:
+                al.note_use(s)
             if keep[i] != NULL:
                 Py_DECREF(<object>keep[i])
                 keep[i] = NULL
             continue
         if keep[i] == pa:
             continue          # the very same immutable object as last time: its bytes are in place
-        pack_arg(<object>pa, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i))
+        pack_arg(<object>pa, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i), s)
         if keep[i] != NULL:
             Py_DECREF(<object>keep[i])
             keep[i] = NULL
@@ -684,7 +673,7 @@ def pack_arguments(layout, args, name="kernel"):
     cdef void** kp
     pycudadrv_arena_init(&arena)
     try:
-        kp = marshal(&arena, lay, args, lay.specs)
+        kp = marshal(&arena, lay, args, lay.specs, None)
         out = [(<char*>kp[k])[:lay.specs[k].size] for k in range(lay.n)]
         addrs = [<uintptr_t>kp[k] for k in range(lay.n)]
         spilled = bool(pycudadrv_arena_is_spilled(&arena))

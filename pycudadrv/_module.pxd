@@ -13,7 +13,7 @@ cdef class Module:
     cdef object _ptx_text
     cdef object source_decls        # entry name -> declared parameters (compile()'s source), or None
     cdef dict _functions
-    cdef list _globals              # Buffers over module globals: closed by unload()
+    cdef object _globals            # WeakSet of the Allocations of module globals: invalidated by unload()
     cdef public dict lowered_names  # name expression -> mangled name (from compile())
     cdef Lifetime _life
 

@@ -10,12 +10,15 @@ from pycudadrv._driver cimport driver, check, make_error, Lifetime, warn_dealloc
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport Stream
-from pycudadrv._memory cimport Buffer, new_buffer
+from pycudadrv._stream cimport destroy_handle, DESTROY_MODULE
+from pycudadrv._alloc cimport Allocation, foreign
+from pycudadrv._memory cimport Buffer, buffer_over
 from pycudadrv._launch cimport Function, make_function
 
 import json
 import re
 import threading
+import weakref
 import numpy as np
 from pycudadrv._driver import fnv1a64
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
@@ -221,7 +224,7 @@ cdef class Module:
         m.image = data
         m._layout_info = info
         m._functions = {}
-        m._globals = []
+        m._globals = weakref.WeakSet()
         m.lowered_names = {}
         m._life = Lifetime("module")
         m.source_decls = dict(source_decls) if source_decls else None
@@ -314,17 +317,9 @@ cdef class Module:
         dt = np.dtype(dtype) if dtype is not None else None
         if dt is not None and nbytes % dt.itemsize:
             raise ArgumentValueError(f"global {name!r} has {nbytes} bytes, not a whole number of {dt} elements")
-        cdef Buffer b = new_buffer()
-        b.device = self.device
-        b._stream = <Stream>self.device.default_stream
-        b._root = b
-        b._owner = self
-        b._ptr = ptr
-        b._nbytes = nbytes
-        b._dtype = dt
-        b._shape = (nbytes // dt.itemsize,) if dt is not None else None
-        self._globals.append(b)
-        return b
+        cdef Allocation a = foreign(ptr, nbytes, self.device, self, None)
+        self._globals.add(a)
+        return buffer_over(a, ptr, nbytes, dt, (nbytes // dt.itemsize,) if dt is not None else None, None)
 
     def function(self, str name, signature=None):
         """The kernel ``name`` (``cuModuleGetFunction``), cached per module.
@@ -410,21 +405,18 @@ cdef class Module:
         """Unload the module (``cuModuleUnload``) and drop it from the cache.
         Its functions and globals become unusable (ClosedError). A second
         call is a no-op."""
-        cdef Buffer g
         if self._life.ended:
             return
         self._life.ended = True
-        for obj in self._globals:
-            g = <Buffer>obj
-            g._closed = True
-            g._closed_why = "its module was unloaded"
-        self._globals = []
+        for obj in list(self._globals):
+            (<Allocation>obj).invalidate("its module was unloaded")
+        self._globals = weakref.WeakSet()
         with _cache_lock:
             for key, mod in list(_cache.items()):
                 if mod is self:
                     del _cache[key]
-        self.device.activate()
-        check(driver().p_cuModuleUnload(self._handle), "cuModuleUnload")
+        # Deferred to its end while a capture forbids it (the driver would invalidate the capture).
+        destroy_handle(DESTROY_MODULE, <void*>self._handle, self.device, True)
 
     def __repr__(self):
         if self._life is None or self.device is None or self.image is None:

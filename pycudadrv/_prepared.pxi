@@ -2,16 +2,11 @@
 # module's one launch call site).
 
 
-cdef inline int _watch_buffers(list watch, tuple args, Stream s) except -1:
-    """The Buffers among `args` (each launch checks they are still open); the
-    launch stream is noted as a user of each, so frees wait for it."""
-    cdef object a
-    watch.clear()
-    for a in args:
-        if isinstance(a, Buffer):
-            watch.append(a)
-            (<Buffer>a).note_use(s)
-    return 0
+cdef bint _is_foreign_memory(object a):
+    """Another library's array given as it is (not a Buffer, not a scalar)."""
+    if a is None or type(a) is Buffer or isinstance(a, (int, float, complex, bytes, bytearray, memoryview, np.generic)):
+        return False
+    return read_cai(a) is not None or hasattr(a, "__dlpack__")
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
@@ -37,6 +32,7 @@ cdef class PreparedLaunch:
         self.specs = NULL
         self.n = 0
         self._watch = []
+        self._watch_k = []
 
     def __init__(self, fn=None, grid=None, block=None, *args, shared_mem_bytes=0, stream=None,
                  bint cooperative=False, cluster=None, bint programmatic_dependent=False):
@@ -71,12 +67,11 @@ cdef class PreparedLaunch:
             if pycudadrv_arena_push(&self.arena, self.specs[k].size) == NULL:
                 raise MemoryError("kernel argument arena")
         self.kernel_params = pycudadrv_arena_finish(&self.arena)
-        self._held = None
+        # A kernel without parameters is bound from the start: there is nothing to give it.
+        self._held = [] if self.n == 0 else None
         if args:
-            for k in range(self.n):
-                pack_arg(args[k], lay, k, &self.specs[k], pycudadrv_arena_at(&self.arena, k))
-            self._held = list(args)
-            _watch_buffers(self._watch, args, self._stream)
+            self._pack_all(args, &self.arena)
+            self._bind(args)
 
     def __dealloc__(self):
         pycudadrv_arena_release(&self.arena)
@@ -84,20 +79,60 @@ cdef class PreparedLaunch:
         if self.specs != NULL:
             free(self.specs)
 
-    cdef int _check_bound(self) except -1:
-        """Raise ClosedError naming the parameter whose Buffer was closed."""
-        cdef Buffer b
+    cdef int _pack_all(self, tuple args, pycudadrv_arena* arena) except -1:
+        """Marshal every argument (for the bound stream) into `arena`."""
+        cdef ParamLayout lay = self.fn.layout
         cdef int k
         for k in range(self.n):
-            a = self._held[k]
+            pack_arg(args[k], lay, k, &self.specs[k], pycudadrv_arena_at(arena, <uint32_t>k), self._stream)
+        return 0
+
+    cdef int _bind(self, tuple args) except -1:
+        """Keep `args` (marshalled) as the bound arguments: each Buffer among them is watched,
+        and so is another library's array, through a Buffer over it (its producer was ordered
+        before the bound stream when it was marshalled; a launch on another stream orders it
+        there too)."""
+        cdef list watch = [], ks = []
+        cdef Buffer fb
+        cdef int k
+        cdef object a
+        from pycudadrv._interop import asbuffer
+        for k in range(self.n):
+            a = args[k]
             if isinstance(a, Buffer):
-                b = <Buffer>a
-                if b._closed or b._root._closed:
-                    try:
-                        b.ensure_open()
-                    except ClosedError as e:
-                        raise ClosedError(f"kernel '{self.fn.name}', parameter #{k}: the bound {e}; bind a live "
-                                          "buffer (p.set_arg / p(*args)) before launching again") from None
+                watch.append(a)
+            elif _is_foreign_memory(a):
+                try:
+                    fb = <Buffer>asbuffer(a, device=self.fn.device)
+                except ArgumentTypeError as e:
+                    raise ArgumentTypeError(f"kernel '{self.fn.name}', parameter #{k}: {e}") from None
+                if fb._alloc.ready is not None:
+                    fb._alloc.ordered = [self._stream]     # marshalling just ordered it there
+                watch.append(fb)
+            else:
+                continue
+            ks.append(k)
+        for a in watch:
+            (<Buffer>a)._alloc.note_use(self._stream)
+        self._held = list(args)
+        self._watch = watch
+        self._watch_k = ks
+        return 0
+
+    cdef int _check_bound(self, Stream s) except -1:
+        """Raise ClosedError naming the parameter whose Buffer was closed; order foreign
+        memory bound as it is after its producer on `s` (once per stream)."""
+        cdef Buffer b
+        cdef Py_ssize_t j
+        for j in range(len(self._watch)):
+            b = <Buffer>self._watch[j]
+            if b._closed or b._alloc.attention:
+                try:
+                    b.ensure_open()
+                except ClosedError as e:
+                    raise ClosedError(f"kernel '{self.fn.name}', parameter #{self._watch_k[j]}: the bound {e}; bind "
+                                      "a live buffer (p.set_arg / p(*args)) before launching again") from None
+                b._alloc.order_on(s)
         return 0
 
     cdef int _launch(self, bint activate=True) except -1:
@@ -122,8 +157,9 @@ cdef class PreparedLaunch:
             fn.ensure_loaded()
         for o in self._watch:
             b = <Buffer>o
-            if b._closed or b._root._closed:
-                self._check_bound()
+            if b._closed or b._alloc.attention:
+                self._check_bound(self._stream)
+                break
         if self._stream._closed:
             self._stream.ensure_open()
         return 0
@@ -168,13 +204,10 @@ cdef class PreparedLaunch:
         if n:
             if n != self.n:
                 raise ArgumentTypeError(f"kernel '{fn.name}' takes {self.n} arguments, {n} given")
-            lay = fn.layout
             self._ensure_scratch()
-            for k in range(n):   # into the scratch copy: a failure leaves the live bytes as they were
-                pack_arg(args[k], lay, k, &self.specs[k], pycudadrv_arena_at(&self.scratch, <uint32_t>k))
+            self._pack_all(args, &self.scratch)   # a failure leaves the live bytes as they were
+            self._bind(args)
             pycudadrv_arena_copy_slots(&self.arena, &self.scratch)
-            self._held = list(args)
-            _watch_buffers(self._watch, args, self._stream)
         self._launch()
 
     def launch(self):
@@ -205,9 +238,9 @@ cdef class PreparedLaunch:
             raise ArgumentTypeError(f"kernel '{fn.name}': no arguments bound yet; call p(*args) first")
         if fn._module_life.ended:
             fn.ensure_loaded()
-        self._check_bound()
+        self._check_bound(s)
         for o in self._watch:
-            (<Buffer>o).note_use(s)
+            (<Buffer>o)._alloc.note_use(s)
         fn.device.activate()
         issue_launch(fn, self.config.grid, self.config.block, self.config.shared_mem_bytes, s, self.kernel_params,
                      self.config, self._held, False)
@@ -249,13 +282,14 @@ cdef class PreparedLaunch:
                 raise MemoryError()
         try:
             memset(tmp, 0, size)
-            pack_arg(value, self.fn.layout, index, &self.specs[index], tmp)
+            pack_arg(value, self.fn.layout, index, &self.specs[index], tmp, self._stream)
+            held = list(self._held)
+            held[index] = value
+            self._bind(tuple(held))        # raises before the live bytes change
             memcpy(pycudadrv_arena_at(&self.arena, <uint32_t>index), tmp, size)
         finally:
             if tmp != small:
                 free(tmp)
-        self._held[index] = value
-        _watch_buffers(self._watch, tuple(self._held), self._stream)
 
     @property
     def function(self):

@@ -6,7 +6,8 @@ from typing_extensions import Self
 
 from pycudadrv._launch import PreparedLaunch
 from pycudadrv._memory import Buffer
-from pycudadrv._stream import Event, Stream, _StreamLike
+from pycudadrv._event import Event
+from pycudadrv._stream import Stream, _StreamLike
 
 __all__ = ['LaunchSequence']
 

@@ -9,7 +9,8 @@ from cpython.ref cimport PyObject
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check
 from pycudadrv._driver_api cimport pycudadrv_driver_api
-from pycudadrv._stream cimport Stream, Event, resolve_stream, captures_active
+from pycudadrv._stream cimport Stream, resolve_stream, captures_active
+from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
 from pycudadrv._device cimport Device
 from pycudadrv._launch cimport Function, LaunchConfig, PreparedLaunch, get_launch_hook_c

@@ -358,6 +358,11 @@ def mangled_params(name: str):
 
 # --- extern "C" declarations in CUDA C++ source ------------------------------------------------
 
+# `extern "C"` right before `__global__`, or with attributes between them
+# (`extern "C" __launch_bounds__(128) __global__ ...`, as NVIDIA's samples write). The attributes are
+# literal alternatives (no nested quantifier can backtrack), so the search stays linear.
+_EXTERN_C_HEAD = re.compile(r'extern\s+"C"\s*(?:__(?:launch_bounds|maxnreg|cluster_dims|block_size|noinline|'
+                            r'forceinline|inline)__\s*(?:\([^()]*\)\s*)?)*$')
 # Between __global__ and void at most 8 words (static, inline, __noinline__, __launch_bounds__(...), ...);
 # the parameter list ends at the first parenthesis, brace or semicolon. Both bounds keep every match
 # attempt short, so the scan is linear in the length of the source.
@@ -423,7 +428,7 @@ def source_params(source: str) -> dict:
     for m in _KERNEL_RE.finditer(text):
         head = text[max(0, m.start() - 200):m.start()]
         in_block = depths[bisect.bisect_right(positions, m.start()) - 1] > 0
-        if not (in_block or re.search(r'extern\s+"C"\s*$', head)):
+        if not (in_block or _EXTERN_C_HEAD.search(head)):
             continue
         if re.search(r"template\s*<[^<>]*>\s*(?:extern\s+\"C\"\s*)?$", head):
             continue

@@ -1,6 +1,8 @@
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device
 
+cdef class Capture
+
 cdef class Stream:
     cdef CUstream _handle
     cdef readonly Device device
@@ -12,14 +14,21 @@ cdef class Stream:
 
     cdef int ensure_open(self) except -1
 
-cdef class Event:
+# The fields of an event that streams read (Stream.wait); the class is pycudadrv._event.Event.
+cdef class EventBase:
     cdef CUevent _handle
     cdef readonly Device device
     cdef readonly bint timing
     cdef bint _recorded
     cdef bint _closed
-    cdef _check_usable(self, str what)
-    cdef int _record_on(self, Stream s) except -1   # record() once the stream is resolved
+
+# Work a capture runs when it ends, typed (no method is called by name): what was
+# allocated inside it (graph memory nodes) gets capture_ending() before
+# cuStreamEndCapture (discard: the capture is thrown away); what the capture
+# forbade until it ends (a free, a handle's destruction) gets capture_ended() after.
+cdef class CaptureWork:
+    cdef int capture_ending(self, Capture c, bint discard) except -1
+    cdef int capture_ended(self) except -1
 
 # The state of one stream capture in progress: what the graph must keep alive,
 # which kernels were launched (and their graph nodes), the frees and host work
@@ -36,8 +45,9 @@ cdef class Capture:
     cdef bint _active
     cdef readonly list held          # objects the graph keeps alive
     cdef readonly list kernels       # (node as int or None, fn, grid, block, shmem, args, devnode)
-    cdef list _deferred              # objects whose _release_deferred() runs when the capture ends
-    cdef list _allocations           # Buffers allocated inside: their _free_in_capture() runs at end
+    cdef list _deferred              # CaptureWork whose capture_ended() runs when the capture ends
+    cdef list _allocations           # CaptureWork allocated inside: capture_ending() runs before the end
+    cdef readonly unsigned long long capture_id   # the driver's id of this capture (0 when unknown)
     cdef CUgraph _target             # the graph captured into (cuStreamBeginCaptureToGraph), or NULL
     cdef readonly list finalizers    # callables f(graph) run after the capture ends, before instantiation
 
@@ -45,8 +55,8 @@ cdef class Capture:
     cdef int hold_all(self, tuple objs) except -1
     cdef int on_launch(self, object fn, const unsigned int* grid, const unsigned int* block, unsigned int shmem,
                        tuple args, CUgraphDeviceNode devnode) except -1
-    cdef int defer(self, object obj) except -1
-    cdef int on_alloc(self, object buf) except -1
+    cdef int defer(self, CaptureWork w) except -1
+    cdef int on_alloc(self, CaptureWork w) except -1
     # Frees the allocations made inside, ends the capture and returns the graph
     # (NULL when it was discarded because `discard`); runs the deferred work.
     cdef CUgraph end(self, bint discard) except? NULL
@@ -56,6 +66,8 @@ cdef class Capture:
 cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target)
 # Whether any capture is in progress (one C test; the launch path asks before the slower checks).
 cdef bint captures_active() noexcept
+# The captures in progress (the list itself: read it, never change it).
+cdef list active_captures()
 # Raise CaptureError when a launch on `s` (not capturing) happens while a
 # device-loop body is being captured on this thread: the work would not be part
 # of the loop.
@@ -68,6 +80,16 @@ cdef int check_not_capturing(Stream stream, str what) except -1
 # The capture that forbids `stream`'s work right now (None if none does): the
 # capture of `stream` itself, a global one, or a thread-local one of this thread.
 cdef Capture forbidding_capture(Stream stream)
+
+# Destroy a driver handle now, or, while a capture forbids it on this thread (the driver
+# would invalidate the capture), when that capture ends. kind: one of the DESTROY_* below.
+cdef enum:
+    DESTROY_STREAM = 1
+    DESTROY_EVENT = 2
+    DESTROY_GRAPH = 3
+    DESTROY_GRAPH_EXEC = 4
+    DESTROY_MODULE = 5
+cdef int destroy_handle(int kind, void* handle, Device device, bint raise_errors) except -1
 
 # The stream to use when the user passed `stream` (None -> the device's default).
 cdef Stream resolve_stream(object stream, Device device)

@@ -1,5 +1,6 @@
 # cython: language_level=3
-"""Streams, events, and the capture state of a stream being recorded into a graph."""
+"""Streams, the capture state of a stream being recorded into a graph, and the destruction
+of driver handles that a capture in progress forbids until it ends."""
 cimport cython
 from libc.stdint cimport uintptr_t
 from cpython.ref cimport Py_INCREF, Py_DECREF
@@ -16,12 +17,11 @@ from pycudadrv._env import env_flag
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, StateError,
                                EventNotRecordedError)
 
-__all__ = ["Stream", "Event", "Capture", "synchronize_context"]
+__all__ = ["Stream", "Capture", "synchronize_context"]
 
 # Captures in progress, for the checks below (a global-mode capture forbids
 # unsafe calls on every thread; a thread-local one on its own thread).
 cdef list _active = []
-cdef str _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 cdef dict _MODES = {"global": CU_STREAM_CAPTURE_MODE_GLOBAL, "thread_local": CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                     "relaxed": CU_STREAM_CAPTURE_MODE_RELAXED}
@@ -43,6 +43,10 @@ cdef bint captures_active() noexcept:
     return len(_active) > 0
 
 
+cdef list active_captures():
+    return _active
+
+
 cdef int check_launch_outside_capture(Stream s) except -1:
     cdef Capture c
     me = threading.get_ident()
@@ -61,30 +65,6 @@ cdef int check_not_capturing(Stream stream, str what) except -1:
         raise CaptureError(f"cannot {what} during {c!r}: it would invalidate the capture; end the `with stream.capture()` block first")
     raise CaptureError(f"cannot {what} while {c!r} is active (mode {c.mode!r} forbids it); "
                        "end the capture first or capture with mode='relaxed'")
-
-
-def alloc_trace(str what, size_t nbytes, stream=None):
-    """With ``PYCUDADRV_ALLOC_TRACE=1``: report on stderr an allocation or host
-    upload of ``nbytes`` attempted while ``stream`` (or any stream, for a
-    capture pycudadrv did not begin: ``cuStreamIsCapturing``) is capturing,
-    with the Python line that asked for it. Returns whether it reported."""
-    if not env_flag("PYCUDADRV_ALLOC_TRACE"):
-        return False
-    cdef Stream s = stream if isinstance(stream, Stream) else None
-    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
-    capturing = forbidding_capture(s) is not None
-    if not capturing and s is not None and s._handle != NULL:
-        if driver().p_cuStreamIsCapturing(s._handle, &st) == CUDA_SUCCESS:
-            capturing = st != CU_STREAM_CAPTURE_STATUS_NONE
-    if not capturing:
-        return False
-    where = "?"
-    for f in reversed(traceback.extract_stack()):
-        if not os.path.abspath(f.filename).startswith(_PKG_DIR):
-            where = f"{f.filename}:{f.lineno}"
-            break
-    print(f"[pycudadrv alloc-trace] {what} of {nbytes} bytes during a capture, at {where}", file=sys.stderr)
-    return True
 
 
 cdef void _host_trampoline(void* data) noexcept nogil:
@@ -128,6 +108,55 @@ cdef int order_after(Stream consumer, Stream producer) except -1:
     finally:
         d.p_cuEventDestroy(ev)   # released once the wait is satisfied
     return 0
+
+
+cdef class _DeferredDestroy(CaptureWork):
+    """A handle whose destruction a capture forbade: destroyed when it ends."""
+    cdef int kind
+    cdef void* handle
+    cdef Device device
+
+    cdef int capture_ended(self) except -1:
+        _destroy_now(self.kind, self.handle, self.device, False)
+        self.handle = NULL
+        return 0
+
+
+cdef int _destroy_now(int kind, void* handle, Device device, bint raise_errors) except -1:
+    cdef pycudadrv_driver_api* d = driver()
+    cdef CUresult r
+    if device is not None:
+        device.activate()
+    if kind == DESTROY_STREAM:
+        r, call = d.p_cuStreamDestroy(<CUstream>handle), "cuStreamDestroy"
+    elif kind == DESTROY_EVENT:
+        r, call = d.p_cuEventDestroy(<CUevent>handle), "cuEventDestroy"
+    elif kind == DESTROY_GRAPH:
+        r, call = d.p_cuGraphDestroy(<CUgraph>handle), "cuGraphDestroy"
+    elif kind == DESTROY_GRAPH_EXEC:
+        r, call = d.p_cuGraphExecDestroy(<CUgraphExec>handle), "cuGraphExecDestroy"
+    else:
+        r, call = d.p_cuModuleUnload(<CUmodule>handle), "cuModuleUnload"
+    if r != CUDA_SUCCESS:
+        if raise_errors:
+            check(r, call.encode())
+        warn_dealloc_failure(call, make_error(r, call))
+    return 0
+
+
+cdef int destroy_handle(int kind, void* handle, Device device, bint raise_errors) except -1:
+    cdef Capture c
+    cdef _DeferredDestroy w
+    if handle == NULL:
+        return 0
+    if _active:
+        c = forbidding_capture(None)
+        if c is not None:
+            w = _DeferredDestroy.__new__(_DeferredDestroy)
+            w.kind, w.handle, w.device = kind, handle, device
+            c.defer(w)
+            return 0
+    return _destroy_now(kind, handle, device, raise_errors)
 
 
 def synchronize_context(device=None):
@@ -262,7 +291,7 @@ cdef class Stream:
         check(r, "cuStreamQuery")
         return True
 
-    def wait(self, Event event not None):
+    def wait(self, EventBase event not None):
         """Make future work on this stream wait for ``event`` (``cuStreamWaitEvent``).
 
         Raises StateError if the event was never recorded."""
@@ -280,10 +309,13 @@ cdef class Stream:
         self.ensure_open()
         order_after(self, other)
 
-    def record(self, Event event=None):
+    def record(self, event=None):
         """Record ``event`` (a new timing Event if None) on this stream; returns it."""
+        from pycudadrv._event import Event
         if event is None:
             event = Event(device=self.device)
+        elif not isinstance(event, Event):
+            raise ArgumentTypeError(f"Stream.record: event must be a pycudadrv Event, got {type(event).__name__}")
         event.record(self)
         return event
 
@@ -354,7 +386,7 @@ cdef class Stream:
                         self._final = NULL
                 else:
                     self._final = NULL
-                check(d.p_cuStreamDestroy(self._handle), "cuStreamDestroy")
+                destroy_handle(DESTROY_STREAM, <void*>self._handle, self.device, True)
             finally:
                 self._handle = NULL
 
@@ -370,12 +402,9 @@ cdef class Stream:
         cdef CUresult r
         try:
             if self._owned and not self._closed and self._handle != NULL:
-                d = driver()
-                r = d.p_cuStreamDestroy(self._handle)
-                if r != CUDA_SUCCESS:
-                    warn_dealloc_failure("Stream", make_error(r, "cuStreamDestroy"))
+                destroy_handle(DESTROY_STREAM, <void*>self._handle, self.device, False)
             if self._final != NULL:
-                driver().p_cuEventDestroy(self._final)
+                destroy_handle(DESTROY_EVENT, <void*>self._final, self.device, False)
         except Exception as e:
             warn_dealloc_failure("Stream", e)
 
@@ -393,158 +422,8 @@ cdef class Stream:
         return f"<Stream 0x{<uintptr_t>self._handle:x} on device {dev}, {state}>"
 
 
-# Fields must survive the GC clearing cycles: __dealloc__ reads them.
-@cython.no_gc_clear
-cdef class Event:
-    """A CUDA event (``cuEventCreate``), for timing (the default) or, with
-    ``timing=False``, for synchronisation only (cheaper to record).
-
-    ``end - start`` (or ``Event.elapsed_ms(start, end)``) gives milliseconds
-    between two recorded events.
-    """
-
-    def __cinit__(self, *, bint timing=True, device=None):
-        cdef Device dev = as_device(device)
-        cdef pycudadrv_driver_api* d = driver()
-        dev.activate()
-        check(d.p_cuEventCreate(&self._handle, CU_EVENT_DEFAULT if timing else CU_EVENT_DISABLE_TIMING),
-              "cuEventCreate")
-        self.device = dev
-        self.timing = timing
-        self._recorded = False
-        self._closed = False
-
-    def record(self, stream=None):
-        """Record the event on ``stream`` (the device's default stream if None)
-        (``cuEventRecord``); returns self."""
-        self._record_on(resolve_stream(stream, self.device))
-        return self
-
-    cdef int _record_on(self, Stream s) except -1:
-        if self._closed:
-            raise ClosedError("event is closed")
-        s.ensure_open()
-        self.device.activate()
-        check(driver().p_cuEventRecord(self._handle, s._handle), "cuEventRecord")
-        self._recorded = True
-        return 0
-
-    @property
-    def is_recorded(self):
-        """Whether ``record()`` was ever called."""
-        return self._recorded
-
-    @property
-    def closed(self):
-        """Whether :meth:`close` was called."""
-        return self._closed
-
-    cdef _check_usable(self, str what):
-        if self._closed:
-            raise ClosedError(f"event.{what}(): the event is closed")
-        if not self._recorded:
-            raise EventNotRecordedError(f"event.{what}(): the event was never recorded; call event.record(stream) first")
-        check_not_capturing(None, f"{what} an event")
-
-    def query(self):
-        """True if the work before the event has completed; never blocks (``cuEventQuery``).
-
-        Raises StateError if the event was never recorded."""
-        self._check_usable("query")
-        self.device.activate()
-        cdef CUresult r = driver().p_cuEventQuery(self._handle)
-        if r == CUDA_ERROR_NOT_READY:
-            return False
-        check(r, "cuEventQuery")
-        return True
-
-    def synchronize(self):
-        """Block until the work before the event has completed (``cuEventSynchronize``).
-
-        Raises StateError if the event was never recorded."""
-        self._check_usable("synchronize")
-        cdef pycudadrv_driver_api* d = driver()
-        self.device.activate()
-        with nogil:
-            check(d.p_cuEventSynchronize(self._handle), "cuEventSynchronize")
-
-    @staticmethod
-    def elapsed_ms(Event start not None, Event end not None, bint wait=True):
-        """Milliseconds between two recorded events (``cuEventElapsedTime``).
-
-        With ``wait=True`` (default) blocks until ``end`` has completed; with
-        ``wait=False`` returns None while the work is still running.
-
-        Raises
-        ------
-        StateError
-            Either event was never recorded, or was created with ``timing=False``.
-        """
-        for name, ev in (("start", start), ("end", end)):
-            if (<Event>ev)._closed:
-                raise ClosedError(f"{name} event is closed")
-            if not (<Event>ev)._recorded:
-                raise EventNotRecordedError(f"elapsed_ms: {name} event never recorded; record both events first")
-            if not (<Event>ev).timing:
-                raise ArgumentValueError(f"elapsed_ms: {name} event created without timing (timing=False); use timing=True")
-        if wait:
-            end.synchronize()
-        elif not end.query():
-            return None
-        cdef float ms = 0
-        check(driver().p_cuEventElapsedTime(&ms, start._handle, end._handle), "cuEventElapsedTime")
-        return ms
-
-    @staticmethod
-    def elapsed_ms_pairs(list starts not None, list ends not None):
-        """Milliseconds from ``starts[k]`` to ``ends[k]`` for each k, one ``cuEventElapsedTime`` each (many timed
-        passes read at once); raises as :meth:`elapsed_ms`, ArgumentValueError for lists of unequal length."""
-        cdef float ms = 0
-        out = []
-        if len(starts) != len(ends):
-            raise ArgumentValueError(f"Event.elapsed_ms_pairs: {len(starts)} start events but {len(ends)} end events")
-        for a, b in zip(starts, ends):
-            if not (type(a) is Event is type(b) and (<Event>a)._recorded and (<Event>b)._recorded and (<Event>a).timing
-                    and (<Event>b).timing and not (<Event>a)._closed and not (<Event>b)._closed):
-                Event.elapsed_ms(a, b, False)        # raises the error that applies
-            check(driver().p_cuEventElapsedTime(&ms, (<Event>a)._handle, (<Event>b)._handle), "cuEventElapsedTime")
-            out.append(ms)
-        return out
-
-    def __sub__(self, other):
-        if not isinstance(self, Event) or not isinstance(other, Event):
-            return NotImplemented
-        return Event.elapsed_ms(other, self)
-
-    @property
-    def handle(self):
-        """The ``CUevent`` as an int."""
-        return <uintptr_t>self._handle
-
-    def close(self):
-        """Destroy the event (``cuEventDestroy``); a second close is a no-op."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._handle != NULL:
-            try:
-                check(driver().p_cuEventDestroy(self._handle), "cuEventDestroy")
-            finally:
-                self._handle = NULL
-
-    def __dealloc__(self):
-        cdef CUresult r
-        if not self._closed and self._handle != NULL:
-            try:
-                r = driver().p_cuEventDestroy(self._handle)
-                if r != CUDA_SUCCESS:
-                    warn_dealloc_failure("Event", make_error(r, "cuEventDestroy"))
-            except Exception as e:
-                warn_dealloc_failure("Event", e)
-
-    def __repr__(self):
-        state = "closed" if self._closed else ("recorded" if self._recorded else "not recorded")
-        return f"<Event on device {self.device.ordinal}, timing={'on' if self.timing else 'off'}, {state}>"
+cdef class EventBase:
+    """The fields of an Event (internal: see pycudadrv.Event)."""
 
 
 cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target):
@@ -586,9 +465,34 @@ cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target):
         check(d.p_cuStreamBeginCapture(stream._handle, c._mode), "cuStreamBeginCapture")
     c._active = True
     c.thread_id = threading.get_ident()
+    c.capture_id = _capture_id(stream)
     stream._capture = c
     _active.append(c)
     return c
+
+
+cdef unsigned long long _capture_id(Stream s) except? 0:
+    cdef pycudadrv_driver_api* d = driver()
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    cdef cuuint64_t cid = 0
+    cdef CUgraph g = NULL
+    cdef const CUgraphNode* deps = NULL
+    cdef const CUgraphEdgeData* edges = NULL
+    cdef size_t ndeps = 0
+    if d.p_cuStreamGetCaptureInfo == NULL:
+        return 0
+    check(d.p_cuStreamGetCaptureInfo(s._handle, &st, &cid, &g, &deps, &edges, &ndeps), "cuStreamGetCaptureInfo")
+    return cid
+
+
+cdef class CaptureWork:
+    """Work a capture runs when it ends (internal): see _stream.pxd."""
+
+    cdef int capture_ending(self, Capture c, bint discard) except -1:
+        return 0
+
+    cdef int capture_ended(self) except -1:
+        return 0
 
 
 cdef class Capture:
@@ -630,12 +534,12 @@ cdef class Capture:
                              shmem, args, <uintptr_t>devnode))
         return 0
 
-    cdef int defer(self, object obj) except -1:
-        self._deferred.append(obj)
+    cdef int defer(self, CaptureWork w) except -1:
+        self._deferred.append(w)
         return 0
 
-    cdef int on_alloc(self, object buf) except -1:
-        self._allocations.append(buf)
+    cdef int on_alloc(self, CaptureWork w) except -1:
+        self._allocations.append(w)
         return 0
 
     cdef CUgraph end(self, bint discard) except? NULL:
@@ -647,12 +551,9 @@ cdef class Capture:
         s.device.activate()
         # Allocations made inside the capture become graph memory nodes; free them inside
         # the graph too, so each replay starts and ends with the same memory.
-        for buf in self._allocations:
+        for w in self._allocations:
             try:
-                if discard:
-                    buf._abandon()
-                else:
-                    buf._free_in_capture()
+                (<CaptureWork>w).capture_ending(self, discard)
             except Exception as e:   # the capture must end whatever happens
                 err = e
         self._allocations = []
@@ -663,8 +564,11 @@ cdef class Capture:
             _active.remove(self)
         deferred = self._deferred
         self._deferred = []
-        for obj in deferred:
-            obj._release_deferred()
+        for w in deferred:
+            try:
+                (<CaptureWork>w).capture_ended()
+            except Exception as e:   # every deferred piece runs; the first failure is reported
+                warn_dealloc_failure("deferred work of a capture", e)
         if discard or err is not None:
             if g != NULL and self._target == NULL:
                 d.p_cuGraphDestroy(g)

@@ -8,7 +8,8 @@ The reading side (requests, results, reset) stays in Python, on the same
 attributes."""
 cimport cython
 
-from pycudadrv._stream cimport Event, Stream
+from pycudadrv._stream cimport Stream
+from pycudadrv._event cimport Event
 
 from pycudadrv import nvtx
 from pycudadrv._errors import ArgumentTypeError

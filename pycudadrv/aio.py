@@ -33,13 +33,15 @@ and is not supported.
 """
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from collections import deque
 
 from pycudadrv._device import Device, get_current_device
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, StateError
-from pycudadrv._stream import Event, Stream
+from pycudadrv._event import Event
+from pycudadrv._stream import Stream
 from pycudadrv._uninit import initialised, missing
 
 __all__ = ["GpuFuture", "DevicePolicy", "wait", "launch", "submit", "policy", "set_policy", "set_completion",
@@ -61,17 +63,22 @@ def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None,
     ``"poll"`` (see the module docs), and its timings in ms / us. Returns the
     previous settings (a dict; ``set_completion(**prev)`` restores them).
     Applies to futures armed from now on. Raises ArgumentValueError for an
-    unknown mode or a non-positive time."""
+    unknown mode or a time that is not a positive finite number; a refused
+    call changes nothing."""
     prev = dict(_config)
+    new = dict(_config)          # every argument is checked before any takes effect
     if mode is not None:
-        if mode not in _MODES:
+        if not isinstance(mode, str) or mode not in _MODES:
             raise ArgumentValueError(f"aio.set_completion: mode must be one of {_MODES}, got {mode!r}")
-        _config["mode"] = mode
+        new["mode"] = mode
     for key, v in (("watchdog_ms", watchdog_ms), ("spin_us", spin_us), ("interval_ms", interval_ms)):
         if v is not None:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or (v == 0 and key != "spin_us"):
-                raise ArgumentValueError(f"aio.set_completion: {key} must be a positive number, got {v!r}")
-            _config[key] = float(v)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or \
+                    (v == 0 and key != "spin_us"):
+                raise ArgumentValueError(f"aio.set_completion: {key} must be a positive number (finite"
+                                         f"{'; 0 allowed' if key == 'spin_us' else ''}), got {v!r}")
+            new[key] = float(v)
+    _config.update(new)
     return prev
 
 

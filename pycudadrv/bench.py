@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from pycudadrv._stream import Event, Stream
+from pycudadrv._event import Event
+from pycudadrv._stream import Stream
 
 __all__ = ["do_bench", "BenchResult"]
 

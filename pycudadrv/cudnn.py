@@ -604,7 +604,8 @@ def _autotune(plan: MatmulPlan, target_ms: float = 2.0) -> None:
     """Time every candidate engine of ``plan`` on scratch operands (all 1.0)
     on a private stream; keep the fastest."""
     from pycudadrv._memory import Buffer
-    from pycudadrv._stream import Event, Stream
+    from pycudadrv._event import Event
+    from pycudadrv._stream import Stream
     cands = plan._candidates()
     if len(cands) <= 1:
         plan._keep_candidate(0)

@@ -23,11 +23,12 @@ A kernel dispatched through :class:`Dispatch` receives, in this order:
 An indirect dispatch runs one of three ways:
 
 * inside a graph capture (CUDA 12.4+ driver), GPU-driven: a one-thread
-  pycudadrv kernel reads the three counts and sets the exact grid of the
+  pycudadrv kernel reads the three counts and sets the grid of the
   dispatch's kernel node on the device (``cudaGraphKernelNodeSetGridDim``, a
-  device-updatable kernel node; a zero count disables the node for that
-  replay), so the kernel runs as a direct dispatch of the right grid with no
-  host read-back and no persistent loop;
+  device-updatable kernel node launched with the indirect pair): one block
+  per workgroup (x*y*z of them, in x), or the device's grid limit in x when
+  there are more, each block then taking several; no workgroup disables the
+  node for that replay. No host read-back, and no count is too large to run;
 * outside a capture (or where the driver cannot update nodes), persistent: a
   fixed number of resident blocks (multiprocessor count x 16 by default;
   ``PYCUDADRV_PERSISTENT_BLOCKS`` or ``persistent_blocks=`` overrides it) and
@@ -207,16 +208,16 @@ class Dispatch(DispatchBase):
         stream = self._pass.encoder.stream
         dev = self.function.device
         upd = self._indirect_update_kernel()
-        limits = tuple(np.uint32(dev.attribute(f"max_grid_dim_{a}")) for a in "xyz")
-        upd.launch(1, 1, np.uint64(0), indirect, *limits, stream=stream)
+        max_x = np.uint32(dev.attribute("max_grid_dim_x"))
+        upd.launch(1, 1, np.uint64(0), indirect, max_x, stream=stream)
         cap = stream.capture_state
         node = cap.last_kernel_node()
-        p = self._prepared_for((1, 1, 1), None)
+        p = self._prepared_for((1, 1, 1), indirect)
         devnode = p._launch_device_updatable()
         if node is None:
             raise ArgumentValueError("indirect dispatch in a capture: the update kernel's graph node was not "
                                      "identified (needs a CUDA 12.3+ driver and a linear capture)")
-        args = (np.uint64(devnode), indirect, *limits)
+        args = (np.uint64(devnode), indirect, max_x)
         cap.add_finalizer(lambda g: patch_kernel_node(g, node, upd, (1, 1, 1), (1, 1, 1), 0, args))
 
     # dispatch(grid=None, *, threads=None, indirect=None) is DispatchBase.dispatch (in C): a grid
@@ -330,7 +331,7 @@ class Encoder:
 
     def submit(self) -> Any:
         """Return an Event recorded after everything encoded so far."""
-        from pycudadrv._stream import Event
+        from pycudadrv._event import Event
 
         return Event(timing=False, device=self.device).record(self.stream)
 

@@ -26,7 +26,8 @@ from typing import Any, Literal, Union
 
 from pycudadrv import _compile_cache
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LinkError, LinkerUnavailableError
-from pycudadrv.nvrtc import ObjectCode, _bool, _nvrtc_error, _parse_arch, _strings
+from pycudadrv.nvrtc import ObjectCode, _nvrtc_error, _parse_arch
+from pycudadrv._textargs import _bool, _strings
 
 __all__ = ["Linker", "build_fatbin", "fatbin_entries", "nvjitlink_version", "nvfatbin_version",
            "device_runtime_library", "LinkError", "LinkerUnavailableError"]

@@ -16,7 +16,6 @@ import glob
 import json
 import os
 import re
-import shlex
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from typing import Any, Literal, TypeVar
 from pycudadrv import _compile_cache
 from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
 from pycudadrv._paths import cuda_include_candidates
+from pycudadrv._textargs import _bool, _encodable, _strings
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
                                NvrtcUnavailableError)
 
@@ -318,52 +318,6 @@ def _cancel_running() -> None:
 
 # --- compile() ----------------------------------------------------------------------------------
 
-def _encodable(s: str, what: str, who: str) -> None:
-    """Refuse a str that UTF-8 cannot encode (a lone surrogate such as '\\ud800'), naming where it is."""
-    try:
-        s.encode()
-    except UnicodeEncodeError as e:
-        line = s.count("\n", 0, e.start) + 1
-        col = e.start - (s.rfind("\n", 0, e.start) + 1) + 1
-        raise ArgumentValueError(f"{who}: {what} holds {s[e.start:e.end]!r} at index {e.start} (line {line}, "
-                                 f"column {col}), a lone surrogate that UTF-8 cannot encode for the library; "
-                                 "remove it (text read with errors='surrogateescape' makes these)") from None
-
-
-def _bool(v: Any, what: str, who: str) -> bool:
-    """``v`` as a bool when it is one (numpy's too); anything else, even a truthy "no", is an ArgumentTypeError."""
-    if isinstance(v, bool) or type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"):
-        return bool(v)
-    raise ArgumentTypeError(f"{who}: {what} must be True or False, got {v!r}")
-
-
-def _strings(v: Any, what: str, split: bool = False, who: str = "compile") -> tuple[str, ...]:
-    if isinstance(v, str):
-        if not split:
-            out: tuple[str, ...] = (v,)
-        else:
-            try:
-                out = tuple(shlex.split(v))
-            except ValueError as e:
-                raise ArgumentValueError(f"{who}: {what}={v!r} cannot be split like a shell command line "
-                                         f"({e}); pass a list of strings instead") from None
-    elif isinstance(v, (Mapping, set, frozenset, bytes, bytearray, memoryview)):
-        raise ArgumentTypeError(f"{who}: {what} must be a sequence of strings (or one string), not a "
-                                f"{type(v).__name__}" + (": write e.g. ['-DNAME=value', '-std=c++17']"
-                                                         if isinstance(v, Mapping) else ""))
-    else:
-        try:
-            out = tuple(v)
-        except TypeError:
-            raise ArgumentTypeError(f"{who}: {what} must be a sequence of strings, got {type(v).__name__}") \
-                from None
-    for s in out:
-        if not isinstance(s, str) or "\0" in s:
-            raise ArgumentTypeError(f"{who}: {what} must be strings without NUL bytes, got {s!r}")
-        _encodable(s, f"{what} entry {s!r}", who)
-    return out
-
-
 #: An architecture as compile() takes it: sm_ or compute_, ASCII digits, at most one variant letter
 #: ('a': architecture-specific features, 'f': family-specific features).
 _ARCH = re.compile(r"(sm|compute)_([0-9]+)([af]?)", re.ASCII)
@@ -436,10 +390,10 @@ def _check_supported(archs: Sequence[str]) -> None:
                                      f"{_supported_text('NVRTC')}")
 
 
-def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequence[str] = (),
+def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequence[str] | None = (),
             target: Target | None = None, arch: str | int | Sequence[str | int] | None = None,
-            name_expressions: str | Sequence[str] = (), headers: Mapping[str, str] | None = None,
-            include_paths: str | Sequence[str] = (), use_cache: bool = True) -> ObjectCode:
+            name_expressions: str | Sequence[str] | None = (), headers: Mapping[str, str] | None = None,
+            include_paths: str | Sequence[str] | None = (), use_cache: bool = True) -> ObjectCode:
     """Compile CUDA C++ ``source`` with NVRTC.
 
     Parameters
@@ -462,15 +416,15 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         (family-specific, sm_100 and newer); a list gives a fatbin. Defaults to the
         current device's compute capability (needs a GPU; give it explicitly to
         compile on a machine without one).
-    options : str or sequence of str
+    options : str or sequence of str, optional
         Extra NVRTC options, e.g. ``("--use_fast_math", "-DN=4", "-std=c++17")``;
         one string is split as a shell would (``"-DN=4 -std=c++17"``).
         ``-arch`` and ``-dlto`` are refused (use ``arch=`` and ``target=``).
-    name_expressions : sequence of str
+    name_expressions : sequence of str, optional
         e.g. ``("axpy<float>",)``; their lowered names land in ``lowered_names``.
     headers : dict of str -> str, optional
         In-memory headers, name -> source.
-    include_paths : sequence of str
+    include_paths : sequence of str, optional
         Directories passed as ``-I`` (before the CUDA headers' directory,
         which is added automatically: see :func:`default_include_dirs`).
     use_cache : bool

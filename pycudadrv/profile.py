@@ -27,7 +27,7 @@ from pycudadrv import nvtx
 from pycudadrv._env import env_flag
 from pycudadrv._errors import CudaError
 from pycudadrv._launch import get_launch_hook, set_launch_hook
-from pycudadrv._stream import Event
+from pycudadrv._event import Event
 
 __all__ = ["enable", "disable", "enable_trace", "report", "reset", "stats", "pending", "MAX_PENDING"]
 

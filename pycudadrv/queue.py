@@ -26,7 +26,8 @@ from pycudadrv._memory import Buffer
 from pycudadrv._ranges import RangeTracker, _Lane, _Mode, span as _span
 from pycudadrv._signature import POINTER
 from pycudadrv.dispatch import Dispatch
-from pycudadrv._stream import Event, Stream
+from pycudadrv._event import Event
+from pycudadrv._stream import Stream
 from pycudadrv._uninit import initialised, missing
 
 __all__ = ["Queue", "Submission"]

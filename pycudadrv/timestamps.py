@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pycudadrv._errors import NotReadyError, StateError
-from pycudadrv._stream import Event, Stream
+from pycudadrv._event import Event
+from pycudadrv._stream import Stream
 from pycudadrv._timing import TimestampsBase
 
 __all__ = ["Timestamps"]

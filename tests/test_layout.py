@@ -17,11 +17,11 @@ needs_sources = pytest.mark.skipif(not HAS_SOURCES, reason="the package sources 
 #: Bottom up: a module may import only modules listed before it (plus the allow-list).
 LAYERS = [
     "_errors", "_uninit", "_env", "_paths", "_version", "_attributes", "_cuda", "_driver_api",
-    "_driver", "_device", "_stream", "_host", "_dlpack", "_memory", "_interop", "_marshal", "_mangled", "_signature",
+    "_driver", "_device", "_stream", "_event", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_mangled", "_signature",
     "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "nvtx", "_timing", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "queue", "aio",
+    "_textargs", "_compile_cache", "nvtx", "_timing", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "queue", "aio",
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
@@ -31,6 +31,7 @@ ALLOWED_UPWARD = {
     ("_device", "dispatch"): "Device.encoder() returns a dispatch.Encoder",
     ("_stream", "_graph"): "Stream.capture() returns a CapturedGraph",
     ("_stream", "_loops"): "Stream.loop() returns a DeviceLoop",
+    ("_stream", "_event"): "Stream.record() makes an Event when none is given",
     ("_marshal", "_signature"): "pack_arguments() parses a signature string",
     ("_loops", "nvrtc"): "pycudadrv's condition kernels are compiled with NVRTC on first use",
     ("_launch", "_stream"): "",  # placeholder removed below: _stream is below _launch

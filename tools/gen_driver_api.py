@@ -110,6 +110,11 @@ ENTRY_POINTS = [
     ("cuGraphAddNode", False),
     ("cuGraphConditionalHandleCreate", False),
     ("cuStreamBeginCaptureToGraph", False),
+    # 8-byte fills (two strided 32-bit memsets) and stream priorities.
+    ("cuMemsetD2D32Async", True),
+    ("cuStreamCreateWithPriority", True),
+    ("cuStreamGetPriority", True),
+    ("cuCtxGetStreamPriorityRange", True),
 ]
 
 # The oldest driver this project supports, whatever the entry points would allow.

@@ -7,7 +7,7 @@
 
 #define PYCUDADRV_HEADER_CUDA_VERSION 13000
 #define PYCUDADRV_MIN_DRIVER_VERSION 12000
-#define PYCUDADRV_N_ENTRY_POINTS 86
+#define PYCUDADRV_N_ENTRY_POINTS 90
 #define PYCUDADRV_MAX_ABI_VARIANTS 4
 
 typedef struct pycudadrv_driver_api {
@@ -97,6 +97,10 @@ typedef struct pycudadrv_driver_api {
     PFN_cuGraphAddNode_v12030 p_cuGraphAddNode;
     PFN_cuGraphConditionalHandleCreate_v12030 p_cuGraphConditionalHandleCreate;
     PFN_cuStreamBeginCaptureToGraph_v12030 p_cuStreamBeginCaptureToGraph;
+    PFN_cuMemsetD2D32Async_v3020 p_cuMemsetD2D32Async;
+    PFN_cuStreamCreateWithPriority_v5050 p_cuStreamCreateWithPriority;
+    PFN_cuStreamGetPriority_v5050 p_cuStreamGetPriority;
+    PFN_cuCtxGetStreamPriorityRange_v5050 p_cuCtxGetStreamPriorityRange;
 } pycudadrv_driver_api;
 
 typedef struct pycudadrv_entry_point {
@@ -193,6 +197,10 @@ static const pycudadrv_entry_point pycudadrv_entry_points[PYCUDADRV_N_ENTRY_POIN
     {"cuGraphAddNode", offsetof(pycudadrv_driver_api, p_cuGraphAddNode), 0, {12030, 0}},
     {"cuGraphConditionalHandleCreate", offsetof(pycudadrv_driver_api, p_cuGraphConditionalHandleCreate), 0, {12030, 0}},
     {"cuStreamBeginCaptureToGraph", offsetof(pycudadrv_driver_api, p_cuStreamBeginCaptureToGraph), 0, {12030, 0}},
+    {"cuMemsetD2D32Async", offsetof(pycudadrv_driver_api, p_cuMemsetD2D32Async), 1, {3020, 0}},
+    {"cuStreamCreateWithPriority", offsetof(pycudadrv_driver_api, p_cuStreamCreateWithPriority), 1, {5050, 0}},
+    {"cuStreamGetPriority", offsetof(pycudadrv_driver_api, p_cuStreamGetPriority), 1, {5050, 0}},
+    {"cuCtxGetStreamPriorityRange", offsetof(pycudadrv_driver_api, p_cuCtxGetStreamPriorityRange), 1, {5050, 0}},
 };
 
 #endif
