@@ -42,6 +42,8 @@ cdef class Allocation(CaptureWork):
     cdef int order_on(self, Stream s) except -1
     # Use on `s`: open check, producer ordering, note the use.
     cdef int use_on(self, Stream s) except -1
+    # `s` was just ordered after the producer by other means (the argument it came from was).
+    cdef int mark_ordered(self, Stream s) except -1
     cdef int add_hold(self) except -1
     cdef int release_hold(self) except -1
     # Free (owned) or let go (foreign) once nothing holds it; in_dealloc: the last Buffer is

@@ -164,6 +164,13 @@ cdef class Allocation(CaptureWork):
             self.note_use(s)
         return 0
 
+    cdef int mark_ordered(self, Stream s) except -1:
+        if self.ready is not None:
+            if self.ordered is None:
+                self.ordered = []
+            self.ordered.append(s)
+        return 0
+
     cdef int add_hold(self) except -1:
         self.holds += 1
         return 0

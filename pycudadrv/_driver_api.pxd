@@ -98,6 +98,8 @@ cdef extern from "pycudadrv/driver_api.h" nogil:
         CUresult (*p_cuStreamCreateWithPriority)(CUstream *phStream, unsigned int flags, int priority) noexcept nogil
         CUresult (*p_cuStreamGetPriority)(CUstream hStream, int *priority) noexcept nogil
         CUresult (*p_cuCtxGetStreamPriorityRange)(int *leastPriority, int *greatestPriority) noexcept nogil
+        CUresult (*p_cuGraphAddEventWaitNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUevent event) noexcept nogil
+        CUresult (*p_cuGraphAddDependencies)(CUgraph hGraph, const CUgraphNode *from_, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies) noexcept nogil
 
     ctypedef struct pycudadrv_entry_point:
         const char *name

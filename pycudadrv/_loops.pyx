@@ -12,6 +12,7 @@ from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
 from pycudadrv._stream cimport Stream, Capture, begin_capture
+from pycudadrv._ordering cimport ReadyEvent
 from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, marshal, pycudadrv_arena, pycudadrv_arena_init,
                                  pycudadrv_arena_release)
@@ -199,6 +200,7 @@ cdef class DeviceLoop(CapturedGraph):
     cdef CUgraph _outer
     cdef CUgraph _body
     cdef CUgraphConditionalHandle _cond
+    cdef CUgraphNode _cond_node
     cdef object _cond_fn
 
     def __init__(self, Stream stream not None, str mode="thread_local", *, bint pdl=False, times=None,
@@ -261,6 +263,7 @@ cdef class DeviceLoop(CapturedGraph):
             params.conditional.size = 1
             params.conditional.ctx = s.device._context
             check(d.p_cuGraphAddNode(&node, self._outer, NULL, NULL, 0, &params), "cuGraphAddNode")
+            self._cond_node = node
             self._body = params.conditional.phGraph_out[0]
             self._capture = begin_capture(s, self.mode, self.pdl, self._body)
             self._capture.body = True
@@ -292,10 +295,35 @@ cdef class DeviceLoop(CapturedGraph):
             self._outer = NULL
             self._closed = True
             return False
-        c.end(False)
+        try:
+            c.end(False)
+            self._wait_before_loop(c)
+        except BaseException:
+            d.p_cuGraphDestroy(self._outer)
+            self._outer = NULL
+            self._closed = True
+            raise
         g, self._outer = self._outer, NULL
         self.adopt(g, c)
         return False
+
+    cdef int _wait_before_loop(self, Capture c) except -1:
+        """Event-wait nodes in front of the conditional node for the producers of foreign
+        memory the body reads (a body graph holds no event nodes): each launch of the loop
+        first waits for the producers' work queued when the body was captured."""
+        cdef pycudadrv_driver_api* d = driver()
+        cdef CUgraphNode w = NULL
+        cdef ReadyEvent r
+        if not c.body_waits:
+            return 0
+        if d.p_cuGraphAddDependencies == NULL:
+            raise NotSupportedError("a device loop whose body reads another library's array needs "
+                                    "cuGraphAddDependencies (a CUDA 12.3+ driver)")
+        for obj in c.body_waits:
+            r = <ReadyEvent>obj
+            check(d.p_cuGraphAddEventWaitNode(&w, self._outer, NULL, 0, r._event), "cuGraphAddEventWaitNode")
+            check(d.p_cuGraphAddDependencies(self._outer, &w, &self._cond_node, NULL, 1), "cuGraphAddDependencies")
+        return 0
 
     cdef int _launch_condition(self, Capture c) except -1:
         fn = self._cond_fn

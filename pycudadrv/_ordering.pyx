@@ -64,10 +64,15 @@ cdef class ReadyEvent:
         if c is None:
             check(d.p_cuStreamWaitEvent(s._handle, self._event, 0), "cuStreamWaitEvent")
             return 0
+        c.hold(self)
+        if c.body:
+            # A device loop's body holds no event nodes: the loop waits for it, once, in front of its
+            # conditional node (DeviceLoop adds the node when the body is captured).
+            c.body_waits.append(self)
+            return 1
         # A wait on an event recorded outside the capture would invalidate it; as an external
         # event node the graph waits for the event's record of now (done after the first replay).
         check(d.p_cuStreamWaitEvent(s._handle, self._event, CU_EVENT_WAIT_EXTERNAL), "cuStreamWaitEvent")
-        c.hold(self)
         return 1
 
     cdef bint done(self) except -1:

@@ -106,8 +106,7 @@ cdef class PreparedLaunch:
                     fb = <Buffer>asbuffer(a, device=self.fn.device)
                 except ArgumentTypeError as e:
                     raise ArgumentTypeError(f"kernel '{self.fn.name}', parameter #{k}: {e}") from None
-                if fb._alloc.ready is not None:
-                    fb._alloc.ordered = [self._stream]     # marshalling just ordered it there
+                fb._alloc.mark_ordered(self._stream)     # marshalling just ordered it there
                 watch.append(fb)
             else:
                 continue

@@ -50,6 +50,7 @@ cdef class Capture:
     cdef readonly unsigned long long capture_id   # the driver's id of this capture (0 when unknown)
     cdef CUgraph _target             # the graph captured into (cuStreamBeginCaptureToGraph), or NULL
     cdef readonly list finalizers    # callables f(graph) run after the capture ends, before instantiation
+    cdef readonly list body_waits    # a loop body's foreign ready events: waited for in front of the loop
 
     cdef int hold(self, object obj) except -1
     cdef int hold_all(self, tuple objs) except -1

@@ -452,6 +452,7 @@ cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target):
     c._deferred = []
     c._allocations = []
     c.finalizers = []
+    c.body_waits = []
     c._target = target
     stream.device.activate()
     if target != NULL:

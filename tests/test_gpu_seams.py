@@ -81,7 +81,17 @@ extern "C" __global__ void mark_flat(unsigned int* out, unsigned long long out_l
 
 @pytest.fixture(scope="module")
 def mod():
-    return cd.compile(SRC).load()
+    m = cd.compile(SRC).load()
+    # Launch every kernel once: the driver loads a kernel lazily at its first launch, which can
+    # serialise that launch with the work in flight and hide a missing wait.
+    s = cd.Stream()
+    z = cd.Buffer.zeros(64, np.float32, stream=s)
+    for name, args in (("spin", (0,)), ("copy_f", (z, z, 0)), ("twice", (z, z, 0)), ("affine", (z, z, 1.0, 0.0, 0)),
+                       ("combine", (z, z, z, 0)), ("count_down_all", (z, 0.0, 0, 0)), ("no_params", ()),
+                       ("mark_flat", (z.view(np.uint32), 0, None, 0))):
+        m.function(name).launch(1, 32, *args, stream=s)
+    s.synchronize()
+    return m
 
 
 def grid_of(n):
@@ -414,14 +424,16 @@ def test_a_captured_multi_stream_queue_dag_replays_right(mod, rng, streams):
     y, u, v, w, z = (q.from_numpy(np.full(N, np.nan, np.float32)) for _ in range(5))
     q.synchronize()
     aff, comb, g = mod.function("affine"), mod.function("combine"), grid_of(N)
-    with q.capture() as graph:
-        q.launch(aff, g, 256, y, x, 2.0, 1.0, N)        # y = 2x + 1
-        q.launch(aff, g, 256, u, y, -0.5, 3.0, N)       # u, v read y: side by side
-        q.launch(aff, g, 256, v, y, 1.5, -2.0, N)
-        q.launch(aff, g, 256, z, x, 0.25, 0.0, N)       # independent of y
-        q.launch(comb, g, 256, w, u, v, N)              # w waits for u and v
-        q.launch(aff, g, 256, y, w, 1.0, 1.0, N)        # overwrites y: after u and v read it
-        q.launch(comb, g, 256, u, y, z, N)              # u = y*z + y
+    graph = None
+    for _ in range(2):       # the second capture drops the first graph while it records (the report's case)
+        with q.capture() as graph:
+            q.launch(aff, g, 256, y, x, 2.0, 1.0, N)        # y = 2x + 1
+            q.launch(aff, g, 256, u, y, -0.5, 3.0, N)       # u, v read y: side by side
+            q.launch(aff, g, 256, v, y, 1.5, -2.0, N)
+            q.launch(aff, g, 256, z, x, 0.25, 0.0, N)       # independent of y
+            q.launch(comb, g, 256, w, u, v, N)              # w waits for u and v
+            q.launch(aff, g, 256, y, w, 1.0, 1.0, N)        # overwrites y: after u and v read it
+            q.launch(comb, g, 256, u, y, z, N)              # u = y*z + y
     x64 = x_h.astype(np.float64)
     y64 = 2 * x64 + 1
     u64, v64, z64 = -0.5 * y64 + 3, 1.5 * y64 - 2, 0.25 * x64
@@ -440,6 +452,55 @@ def test_a_captured_multi_stream_queue_dag_replays_right(mod, rng, streams):
         np.testing.assert_allclose(got["u"], u64, rtol=1e-4, atol=1e-4)
     graph.close()
     q.close()
+
+
+@pytest.mark.parametrize("what", ["graph", "loop", "event", "stream", "module", "buffer"])
+def test_an_object_dropped_while_another_graph_is_captured_leaves_that_capture_intact(mod, rng, what):
+    """Destroying a handle inside a capture would invalidate it (the driver refuses the call): the
+    destruction waits for the capture's end."""
+    s = cd.Stream()
+    a = rng.standard_normal(N).astype(np.float32)
+    x = cd.Buffer.from_numpy(a, stream=s)
+    y = nan_buffer(N, s)
+    victim = None
+    if what == "graph":
+        with s.capture() as victim:
+            mod.function("affine").launch(grid_of(N), 256, y, x, 1.0, 0.0, N, stream=s)
+    elif what == "loop":
+        with s.loop(times=2) as victim:
+            mod.function("affine").launch(grid_of(N), 256, y, x, 1.0, 0.0, N, stream=s)
+    elif what == "event":
+        victim = cd.Event().record(s)
+    elif what == "stream":
+        victim = cd.Stream()
+    elif what == "module":
+        victim = cd.compile('extern "C" __global__ void k_%d(int* x) { x[0] = %d; }' % ((n := int(rng.integers(1 << 30))), n)).load()
+    else:
+        victim = cd.Buffer.from_numpy(a, stream=cd.Stream())
+    with s.capture() as g:
+        mod.function("affine").launch(grid_of(N), 256, y, x, 3.0, -1.0, N, stream=s)
+        if what == "module":
+            victim.unload()
+        elif what in ("event", "stream", "buffer"):
+            victim.close()
+        del victim
+        import gc
+        gc.collect()
+        mod.function("affine").launch(grid_of(N), 256, y, y, 0.5, 2.0, N, stream=s)
+    g.launch()
+    np.testing.assert_allclose(y.to_numpy(stream=s), 0.5 * (3.0 * a.astype(np.float64) - 1.0) + 2.0, rtol=1e-6)
+
+
+def test_a_device_loop_body_reads_foreign_memory_after_its_producer(mod, rng):
+    src_h = rng.standard_normal(N).astype(np.float32)
+    s = cd.Stream()
+    out = nan_buffer(N, s)
+    with _Producer(mod, "cai3", src_h) as x:
+        with s.loop(times=3) as lp:
+            mod.function("twice").launch(grid_of(N), 256, out, x, N, stream=s)
+        lp.launch()
+        got = out.to_numpy(stream=s)
+    np.testing.assert_allclose(got, 2.0 * src_h.astype(np.float64), rtol=1e-6)
 
 
 # --- 5. a kernel with no parameters, on every path -------------------------------------------

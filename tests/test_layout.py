@@ -25,7 +25,8 @@ LAYERS = [
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
-#: Imports against the layering, each for a stated reason (always lazy: inside a function).
+#: Imports against the layering, each for a stated reason (always lazy: inside a function). Every
+#: entry must be upward and used (test_every_allowed_upward_import_is_upward_and_used).
 ALLOWED_UPWARD = {
     ("_device", "_stream"): "Device.default_stream creates the device's Stream on first use",
     ("_device", "dispatch"): "Device.encoder() returns a dispatch.Encoder",
@@ -34,19 +35,9 @@ ALLOWED_UPWARD = {
     ("_stream", "_event"): "Stream.record() makes an Event when none is given",
     ("_marshal", "_signature"): "pack_arguments() parses a signature string",
     ("_loops", "nvrtc"): "pycudadrv's condition kernels are compiled with NVRTC on first use",
-    ("_launch", "_stream"): "",  # placeholder removed below: _stream is below _launch
-    ("nvrtc", "_module"): "ObjectCode.load() loads through the module cache",
-    ("nvrtc", "_device"): "compile() without arch= asks the current device",
     ("nvrtc", "link"): "compile(arch=[...]) builds a fatbin with nvFatbin",
-    ("_compile_cache", "nvrtc"): "cache entries are ObjectCode",
-    ("dispatch", "_loops"): "indirect dispatch in a capture uses pycudadrv's update kernel",
-    ("dispatch", "_driver"): "",
     ("queue", "aio"): "awaiting a Queue Submission goes through aio.wait",
-    ("timestamps", "_device"): "",
-    ("bench", "_device"): "",
-    ("bench", "_memory"): "",
 }
-ALLOWED_UPWARD = {k: v for k, v in ALLOWED_UPWARD.items() if v}
 
 IMPORT_RE = re.compile(r"^\s*(?:from\s+pycudadrv\.(\w+)\s+c?import|from\s+pycudadrv\s+import\s+([\w, ()]+)|"
                        r"import\s+pycudadrv\.(\w+))", re.M)
@@ -95,6 +86,53 @@ def test_modules_import_only_lower_layers_or_allowed_exceptions():
             if rank[b] >= rank[a] and (a, b) not in ALLOWED_UPWARD and a != "__init__":
                 bad.append(f"{f} imports {b}")
     assert bad == [], "imports against the layering:\n" + "\n".join(bad)
+
+
+@needs_sources
+def test_every_allowed_upward_import_is_upward_and_used():
+    rank = {m: i for i, m in enumerate(LAYERS)}
+    used = {(_module_of(f), b) for f, text in _sources() for b in _imports(text)}
+    assert [k for k in ALLOWED_UPWARD if rank[k[1]] <= rank[k[0]]] == [], "not upward: remove them"
+    assert [k for k in ALLOWED_UPWARD if k not in used] == [], "no import uses them: remove them"
+
+
+#: What owns the fields of an allocation and of its views: only these modules assign them.
+FIELD_OWNERS = {"_alloc", "_memory"}
+
+
+def _fields(pxd, cls):
+    text = open(os.path.join(PKG, pxd), encoding="utf-8").read()
+    body = text[text.index(f"cdef class {cls}"):]
+    body = body[:body.index("\n\n")]
+    return set(re.findall(r"^    cdef (?:readonly |public )?[\w.]+\*? (\w+)", body, re.M)) - {"__weakref__"}
+
+
+@needs_sources
+def test_only_the_allocation_and_buffer_modules_assign_their_fields():
+    """A Buffer is built by buffer_over and an Allocation changes through its own methods: no other
+    module writes their fields (Cython has no private cdef fields, so this reads the sources)."""
+    fields = _fields("_memory.pxd", "Buffer") | _fields("_alloc.pxd", "Allocation")
+    assert {"_ptr", "_alloc", "ptr", "freed", "holds", "ordered"} <= fields
+    bad = []
+    for f, text in _sources():
+        if _module_of(f) in FIELD_OWNERS or not f.endswith((".pyx", ".pxi")):
+            continue
+        typed = set(re.findall(r"\bcdef (?:Buffer|Allocation) (\w+)", text))
+        typed |= set(re.findall(r"\bcdef (?:Buffer|Allocation) \w+(?:\s*=[^,\n]*)?(?:, (\w+))", text))
+        for m in re.finditer(r"(?:\(<(?:Buffer|Allocation)>[^()]*\)|\b(\w+))((?:\._alloc)?)\.(\w+)\s*=(?!=)", text):
+            recv, via, field = m.group(1), m.group(2), m.group(3)
+            if field in fields and (recv is None or recv in typed or via):
+                bad.append(f"{f}:{text.count(chr(10), 0, m.start()) + 1}: {m.group(0).strip()}")
+    assert bad == [], "these write Buffer/Allocation fields outside _alloc/_memory:\n" + "\n".join(bad)
+
+
+@needs_sources
+def test_capture_work_and_dlpack_release_are_typed_calls_not_names():
+    """The free path never calls up by method name: the capture's work is CaptureWork, the DLPack
+    deleter holds an Allocation."""
+    names = ("_release_deferred", "_free_in_capture", "_abandon", "_dlpack_released")
+    bad = [f"{f}: {n}" for f, text in _sources() if f.endswith((".pyx", ".pxi", ".pxd")) for n in names if n in text]
+    assert bad == []
 
 
 @needs_sources

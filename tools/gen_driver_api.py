@@ -115,6 +115,9 @@ ENTRY_POINTS = [
     ("cuStreamCreateWithPriority", True),
     ("cuStreamGetPriority", True),
     ("cuCtxGetStreamPriorityRange", True),
+    # Event waits in front of a device loop's conditional node (foreign memory read by its body).
+    ("cuGraphAddEventWaitNode", True),
+    ("cuGraphAddDependencies", False),
 ]
 
 # The oldest driver this project supports, whatever the entry points would allow.

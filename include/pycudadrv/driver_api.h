@@ -7,7 +7,7 @@
 
 #define PYCUDADRV_HEADER_CUDA_VERSION 13000
 #define PYCUDADRV_MIN_DRIVER_VERSION 12000
-#define PYCUDADRV_N_ENTRY_POINTS 90
+#define PYCUDADRV_N_ENTRY_POINTS 92
 #define PYCUDADRV_MAX_ABI_VARIANTS 4
 
 typedef struct pycudadrv_driver_api {
@@ -101,6 +101,8 @@ typedef struct pycudadrv_driver_api {
     PFN_cuStreamCreateWithPriority_v5050 p_cuStreamCreateWithPriority;
     PFN_cuStreamGetPriority_v5050 p_cuStreamGetPriority;
     PFN_cuCtxGetStreamPriorityRange_v5050 p_cuCtxGetStreamPriorityRange;
+    PFN_cuGraphAddEventWaitNode_v11010 p_cuGraphAddEventWaitNode;
+    PFN_cuGraphAddDependencies_v12030 p_cuGraphAddDependencies;
 } pycudadrv_driver_api;
 
 typedef struct pycudadrv_entry_point {
@@ -201,6 +203,8 @@ static const pycudadrv_entry_point pycudadrv_entry_points[PYCUDADRV_N_ENTRY_POIN
     {"cuStreamCreateWithPriority", offsetof(pycudadrv_driver_api, p_cuStreamCreateWithPriority), 1, {5050, 0}},
     {"cuStreamGetPriority", offsetof(pycudadrv_driver_api, p_cuStreamGetPriority), 1, {5050, 0}},
     {"cuCtxGetStreamPriorityRange", offsetof(pycudadrv_driver_api, p_cuCtxGetStreamPriorityRange), 1, {5050, 0}},
+    {"cuGraphAddEventWaitNode", offsetof(pycudadrv_driver_api, p_cuGraphAddEventWaitNode), 1, {11010, 0}},
+    {"cuGraphAddDependencies", offsetof(pycudadrv_driver_api, p_cuGraphAddDependencies), 0, {12030, 0}},
 };
 
 #endif
