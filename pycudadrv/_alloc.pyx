@@ -143,6 +143,10 @@ cdef class Allocation(CaptureWork):
         if self.ordered is not None:
             for o in self.ordered:
                 if o is s:
+                    if not self.ready_captured and r.done():   # done: every later use is fast again
+                        self.ready = None
+                        self.ordered = None
+                        self._update_attention()
                     return 0
         if not self.ready_captured and r.done():
             self.ready = None             # the producer's work is done: nothing to wait for, ever

@@ -25,6 +25,7 @@ from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, m
 
 import numpy as np
 from pycudadrv import _signature
+from pycudadrv._interop import asbuffer
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, ArgumentIndexError, ClosedError,
                                NotSupportedError, StateError)
 

@@ -96,7 +96,6 @@ cdef class PreparedLaunch:
         cdef Buffer fb
         cdef int k
         cdef object a
-        from pycudadrv._interop import asbuffer
         for k in range(self.n):
             a = args[k]
             if isinstance(a, Buffer):
