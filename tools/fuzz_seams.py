@@ -23,6 +23,7 @@ def main() -> int:
     ap.add_argument("--programs", type=int, default=200)
     ap.add_argument("--segments", type=int, default=10)
     ap.add_argument("--no-libs", action="store_true", help="no PyTorch/CuPy slots (wrappers only)")
+    ap.add_argument("--progress", action="store_true", help="print each seed as it starts (to name a crash)")
     a = ap.parse_args()
     libs = () if a.no_libs else fz.available_libs()
     seeds = [a.seed] if a.seed is not None else [
@@ -31,6 +32,8 @@ def main() -> int:
     t0 = time.perf_counter()
     steps = bad_runs = 0
     for seed in seeds:
+        if a.progress:
+            print(f"seed {seed} ...", flush=True)
         n, bad, guard = fz.run_program(seed, a.segments, libs)
         steps += n
         if bad or guard is not None:
