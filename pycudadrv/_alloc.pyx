@@ -10,7 +10,8 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
-from pycudadrv._stream cimport Stream, Capture, CaptureWork, check_not_capturing, forbidding_capture, order_after
+from pycudadrv._stream cimport (Stream, Capture, CaptureWork, check_not_capturing, forbidding_capture, order_after,
+                                order_after_uses)
 from pycudadrv._ordering cimport ReadyEvent
 
 from pycudadrv._ordering import alloc_trace
@@ -77,7 +78,8 @@ cdef Allocation allocate(size_t nbytes, Device dev, Stream s, bint async_alloc):
         r = d.p_cuMemAllocAsync(&a.ptr, nbytes, s._handle)
         call = "cuMemAllocAsync"
     else:
-        r = d.p_cuMemAlloc(&a.ptr, nbytes)
+        with nogil:                # cuMemAlloc may wait for the device
+            r = d.p_cuMemAlloc(&a.ptr, nbytes)
         call = "cuMemAlloc"
     if r != CUDA_SUCCESS:
         a.ptr = 0
@@ -94,7 +96,20 @@ cdef Allocation allocate(size_t nbytes, Device dev, Stream s, bint async_alloc):
     if s._capture is not None:
         a.born_in = s._capture
         s._capture.on_alloc(a)
+    elif not s._owned and not _is_capturing(s):
+        # Allocated on another library's stream, which may be destroyed before the memory is freed:
+        # the device's default stream takes over (it waits for the allocation now), and the free goes there.
+        a.stream = <Stream>dev.default_stream
+        order_after(a.stream, s)
+        s.mark_use()
+        a.note_use(s)
     return a
+
+
+cdef bint _is_capturing(Stream s) except -1:
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    check(driver().p_cuStreamIsCapturing(s._handle, &st), "cuStreamIsCapturing")
+    return st != CU_STREAM_CAPTURE_STATUS_NONE
 
 
 cdef Allocation foreign(CUdeviceptr ptr, size_t nbytes, Device dev, object keeper, ReadyEvent ready):
@@ -126,10 +141,20 @@ cdef class Allocation(CaptureWork):
         return 0
 
     cdef int note_use(self, Stream s) except -1:
+        cdef Py_ssize_t k
         if s is self.stream or s is self.last_user:
             return 0
         if self.users is None:
             self.users = []
+        if not s._owned:
+            # Another library's stream: keep the newest wrapper of that handle (its last-use event is
+            # the one recorded after this use); never the fast path, so every use records it.
+            for k in range(len(self.users)):
+                if (<Stream>self.users[k])._handle == s._handle:
+                    self.users[k] = s
+                    return 0
+            self.users.append(s)
+            return 0
         if s not in self.users:
             self.users.append(s)
         self.last_user = s
@@ -234,7 +259,8 @@ cdef class Allocation(CaptureWork):
         users, self.users, self.last_user = self.users, None, None
         self.device.activate()
         if not self.async_alloc:
-            r = d.p_cuMemFree(p)
+            with nogil:            # cuMemFree waits for the device: never with the GIL held
+                r = d.p_cuMemFree(p)
             call = "cuMemFree"
         else:
             fs = self.stream
@@ -242,9 +268,9 @@ cdef class Allocation(CaptureWork):
                 fs = <Stream>self.device.default_stream
             try:
                 if fs is not self.stream:
-                    order_after(fs, self.stream)
+                    order_after_uses(fs, self.stream)
                 for u in (users or ()):
-                    order_after(fs, <Stream>u)
+                    order_after_uses(fs, <Stream>u)
             except Exception:
                 if raise_errors:
                     raise

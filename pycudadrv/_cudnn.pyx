@@ -16,7 +16,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, warn_dealloc_failure
 from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, captures_active, check_launch_outside_capture,
-                                forbidding_capture, order_after)
+                                forbidding_capture, order_after, order_after_uses)
 from pycudadrv._memory cimport Buffer
 
 import sys
@@ -446,7 +446,7 @@ cdef class MatmulPlan:
         cdef Stream t
         if last is not None and not (last._handle == s._handle and not last._closed):
             if self.workspace_nbytes > 0 and last._capture is None:
-                order_after(s, last)
+                order_after_uses(s, last)
         for t in self._streams:
             if t._handle == s._handle and not t._closed:
                 break
@@ -528,6 +528,7 @@ cdef class MatmulPlan:
         st = _api.Execute(self._h.handle, self._plan, pack)
         if st != CUDNN_STATUS_SUCCESS:
             raise _error(st, "cudnnBackendExecute", f"executing {self!r} on {s!r}")
+        s.mark_use()
         a._alloc.use_on(s)
         b._alloc.use_on(s)
         out._alloc.use_on(s)

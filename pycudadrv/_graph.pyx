@@ -224,6 +224,8 @@ cdef class CapturedGraph:
             r = d.p_cuGraphLaunch(self._exec, s._handle)
         if r != CUDA_SUCCESS:
             raise make_error(r, "cuGraphLaunch", f"replaying {self!r}")
+        if not s._owned:
+            s.mark_use()
 
     def upload(self, stream=None):
         """Upload the graph's work descriptors to the device ahead of the

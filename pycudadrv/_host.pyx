@@ -22,6 +22,20 @@ cdef bint is_pinned(const void* ptr) except -1:
     return r == CUDA_SUCCESS and kind == CU_MEMORYTYPE_HOST
 
 
+cdef int _free_host(void* p, bint raise_errors) except -1:
+    """cuMemFreeHost without the GIL: it waits for the device, and a host function queued
+    before it (aio's completions) needs the GIL to finish."""
+    cdef pycudadrv_driver_api* d = driver()
+    cdef CUresult r
+    with nogil:
+        r = d.p_cuMemFreeHost(p)
+    if raise_errors:
+        check(r, "cuMemFreeHost")
+    elif r != CUDA_SUCCESS:
+        warn_dealloc_failure("HostBuffer", make_error(r, "cuMemFreeHost"))
+    return 0
+
+
 # HostBuffers are made only by HostBuffer.empty (which passes this token).
 cdef object _TOKEN = object()
 
@@ -105,9 +119,17 @@ cdef class HostBuffer:
         h._dtype = dt
         h._shape = shape
         h._nbytes = nbytes
-        if nbytes:
+        cdef pycudadrv_driver_api* d
+        cdef CUresult r
+        cdef size_t n = h._nbytes
+        cdef void* p = NULL
+        if n:
             dev.activate()
-            check(driver().p_cuMemHostAlloc(&h._ptr, nbytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc")
+            d = driver()
+            with nogil:            # pinning may wait for the device: never with the GIL held
+                r = d.p_cuMemHostAlloc(&p, n, CU_MEMHOSTALLOC_PORTABLE)
+            check(r, "cuMemHostAlloc")
+            h._ptr = p
         return h
 
     @property
@@ -176,9 +198,8 @@ cdef class HostBuffer:
             raise BufferInUseError(f"HostBuffer.close(): {self._exports} numpy view(s) of it are still alive")
         self._closed = True
         if self._ptr != NULL:
-            p = <uintptr_t>self._ptr
+            _free_host(self._ptr, True)
             self._ptr = NULL
-            check(driver().p_cuMemFreeHost(<void*>p), "cuMemFreeHost")
 
     def __enter__(self):
         return self
@@ -188,12 +209,9 @@ cdef class HostBuffer:
         return False
 
     def __dealloc__(self):
-        cdef CUresult r
         if not self._closed and self._ptr != NULL:
             try:
-                r = driver().p_cuMemFreeHost(self._ptr)
-                if r != CUDA_SUCCESS:
-                    warn_dealloc_failure("HostBuffer", make_error(r, "cuMemFreeHost"))
+                _free_host(self._ptr, False)
             except Exception as e:
                 warn_dealloc_failure("HostBuffer", e)
 

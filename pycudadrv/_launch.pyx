@@ -202,6 +202,8 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
             raise _launch_error(r, "cuLaunchKernelEx", fn, grid, block, shmem, args)
         if dev_at < _EX_ATTRS:
             devnode = <uintptr_t>attrs[dev_at].value.deviceUpdatableKernelNode.devNode
+    if not s._owned:
+        s.mark_use()             # another library's stream: frees wait for this launch through it
     if tok is not None:
         _hook.after(tok, fn, s, (grid[0], grid[1], grid[2]), (block[0], block[1], block[2]), shmem)
     if cap is not None:

@@ -8,7 +8,8 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, get_device, as_device
-from pycudadrv._stream cimport Stream, Capture, resolve_stream, check_not_capturing, forbidding_capture, order_after
+from pycudadrv._stream cimport (Stream, Capture, resolve_stream, check_not_capturing, forbidding_capture, order_after,
+                                order_after_uses)
 from pycudadrv._ordering cimport keep_until_done
 from pycudadrv._host cimport HostBuffer, is_pinned
 from pycudadrv._alloc cimport Allocation, allocate
@@ -242,6 +243,7 @@ cdef class Buffer:
         self.device.activate()
         with nogil:
             check(d.p_cuMemcpyHtoDAsync(self._ptr + off, &view[0], n, s._handle), "cuMemcpyHtoDAsync")
+        s.mark_use()
         if pinned:
             keep_until_done(s, data)     # the DMA engine reads it later: never freed (or reused) before that
 
@@ -292,6 +294,7 @@ cdef class Buffer:
             check(d.p_cuMemcpyDtoHAsync(&view[0], self._ptr + off, n, s._handle), "cuMemcpyDtoHAsync")
             if synchronize:
                 check(d.p_cuStreamSynchronize(s._handle), "cuStreamSynchronize")
+        s.mark_use()
         if not synchronize and is_pinned(&view[0]):
             keep_until_done(s, out)      # written by the DMA engine later: never freed before that
         return out
@@ -353,9 +356,11 @@ cdef class Buffer:
             check(driver().p_cuMemcpyPeerAsync(dst._ptr + do, dst.device._context,
                                                self._ptr + so, self.device._context, n, s._handle),
                   "cuMemcpyPeerAsync")
+            s.mark_use()
             order_after(da.stream, s)
             return
         check(driver().p_cuMemcpyDtoDAsync(dst._ptr + do, self._ptr + so, n, s._handle), "cuMemcpyDtoDAsync")
+        s.mark_use()
 
     def copy_from(self, Buffer src not None, nbytes=None, src_offset=0, dst_offset=0, stream=None):
         """Device-to-device copy from ``src`` into this buffer; see :meth:`copy_to`."""
@@ -419,6 +424,7 @@ cdef class Buffer:
             for k in range(size // 4):
                 check(d.p_cuMemsetD2D32Async(self._ptr + 4 * k, size, (<uint32_t*>(p + 4 * k))[0], 1, count,
                                              s._handle), "cuMemsetD2D32Async")
+        s.mark_use()
 
     def __getitem__(self, key):
         """``buf[a:b]``: a view (no copy) of elements a..b (bytes when no dtype
@@ -542,7 +548,7 @@ cdef class Buffer:
 cdef int _order_after_users(Stream consumer, Allocation a) except -1:
     """Make `consumer` wait for the work queued so far on every stream that used `a`."""
     cdef object u
-    order_after(consumer, a.stream)
+    order_after_uses(consumer, a.stream)
     for u in (a.users or ()):
-        order_after(consumer, <Stream>u)
+        order_after_uses(consumer, <Stream>u)
     return 0

@@ -11,8 +11,12 @@ cdef class Stream:
     cdef object _owner            # keeps a foreign stream's owner alive
     cdef Capture _capture         # the capture in progress on this stream, or None
     cdef CUevent _final           # recorded by close(): frees wait for the stream's last work
+    cdef CUevent _last_use        # another library's stream: recorded after each piece of pycudadrv work on it
 
     cdef int ensure_open(self) except -1
+    # After work was queued on a stream pycudadrv does not own: record _last_use, so a later
+    # free waits for that work without touching the stream (which its library may destroy).
+    cdef int mark_use(self) except -1
 
 # The fields of an event that streams read (Stream.wait); the class is pycudadrv._event.Event.
 cdef class EventBase:
@@ -98,3 +102,7 @@ cdef Stream resolve_stream(object stream, Device device)
 # `producer` (cuEventRecord + cuStreamWaitEvent; the producer's final event once
 # it is closed); nothing when they are one stream.
 cdef int order_after(Stream consumer, Stream producer) except -1
+# Make `consumer` wait for pycudadrv's work on `producer`, later than when it was queued (a free):
+# order_after for pycudadrv's streams; for another library's stream, its last-use event, never the
+# stream itself (its library may have destroyed it since).
+cdef int order_after_uses(Stream consumer, Stream producer) except -1

@@ -127,16 +127,20 @@ cdef int _destroy_now(int kind, void* handle, Device device, bint raise_errors) 
     cdef CUresult r
     if device is not None:
         device.activate()
-    if kind == DESTROY_STREAM:
-        r, call = d.p_cuStreamDestroy(<CUstream>handle), "cuStreamDestroy"
-    elif kind == DESTROY_EVENT:
-        r, call = d.p_cuEventDestroy(<CUevent>handle), "cuEventDestroy"
-    elif kind == DESTROY_GRAPH:
-        r, call = d.p_cuGraphDestroy(<CUgraph>handle), "cuGraphDestroy"
-    elif kind == DESTROY_GRAPH_EXEC:
-        r, call = d.p_cuGraphExecDestroy(<CUgraphExec>handle), "cuGraphExecDestroy"
-    else:
-        r, call = d.p_cuModuleUnload(<CUmodule>handle), "cuModuleUnload"
+    call = ("", "cuStreamDestroy", "cuEventDestroy", "cuGraphDestroy", "cuGraphExecDestroy", "cuModuleUnload")[kind]
+    # Without the GIL: a destruction may wait for the device (a module's unload does), and a host
+    # function queued before it (aio's completions) needs the GIL to finish.
+    with nogil:
+        if kind == DESTROY_STREAM:
+            r = d.p_cuStreamDestroy(<CUstream>handle)
+        elif kind == DESTROY_EVENT:
+            r = d.p_cuEventDestroy(<CUevent>handle)
+        elif kind == DESTROY_GRAPH:
+            r = d.p_cuGraphDestroy(<CUgraph>handle)
+        elif kind == DESTROY_GRAPH_EXEC:
+            r = d.p_cuGraphExecDestroy(<CUgraphExec>handle)
+        else:
+            r = d.p_cuModuleUnload(<CUmodule>handle)
     if r != CUDA_SUCCESS:
         if raise_errors:
             check(r, call.encode())
@@ -157,6 +161,16 @@ cdef int destroy_handle(int kind, void* handle, Device device, bint raise_errors
             c.defer(w)
             return 0
     return _destroy_now(kind, handle, device, raise_errors)
+
+
+cdef int order_after_uses(Stream consumer, Stream producer) except -1:
+    if producer is None or producer._owned or producer._closed:
+        return order_after(consumer, producer)
+    if producer._last_use == NULL:
+        return 0                  # pycudadrv queued nothing on it
+    consumer.device.activate()
+    check(driver().p_cuStreamWaitEvent(consumer._handle, producer._last_use, 0), "cuStreamWaitEvent")
+    return 0
 
 
 def synchronize_context(device=None):
@@ -192,6 +206,7 @@ cdef class Stream:
         self._owned = False
         self._closed = False
         self._final = NULL
+        self._last_use = NULL
         self._capture = None
         if not _create:
             return
@@ -237,6 +252,16 @@ cdef class Stream:
     cdef int ensure_open(self) except -1:
         if self._closed:
             raise ClosedError("stream is closed")
+        return 0
+
+    cdef int mark_use(self) except -1:
+        cdef pycudadrv_driver_api* d
+        if self._owned or self._handle == NULL:
+            return 0
+        d = driver()
+        if self._last_use == NULL:
+            check(d.p_cuEventCreate(&self._last_use, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+        check(d.p_cuEventRecord(self._last_use, self._handle), "cuEventRecord")
         return 0
 
     @property
@@ -405,6 +430,8 @@ cdef class Stream:
                 destroy_handle(DESTROY_STREAM, <void*>self._handle, self.device, False)
             if self._final != NULL:
                 destroy_handle(DESTROY_EVENT, <void*>self._final, self.device, False)
+            if self._last_use != NULL:
+                destroy_handle(DESTROY_EVENT, <void*>self._last_use, self.device, False)
         except Exception as e:
             warn_dealloc_failure("Stream", e)
 

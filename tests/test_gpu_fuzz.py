@@ -7,7 +7,7 @@ allocation are checked after every step.
 
 Each run is a child process (tools/fuzz_seams.py), so a crash fails this test
 with the seed that crashed (and, where cuda-gdb is installed, its native
-backtrace) instead of ending the suite. The seed is fresh each run and printed;
+backtrace, with PYCUDADRV_FUZZ_GDB=1) instead of ending the suite. The seed is fresh each run and printed;
 PYCUDADRV_FUZZ_SEED=<seed> repeats a run, and
 ``python tools/fuzz_seams.py --seed <seed>`` replays one program."""
 import os
@@ -37,10 +37,14 @@ def _env():
 
 def _backtrace(seed, extra):
     gdb = shutil.which("cuda-gdb") or shutil.which("gdb")
-    if gdb is None:
-        return "(no cuda-gdb/gdb to take a native backtrace)"
-    r = subprocess.run([gdb, "-batch", "-ex", "run", "-ex", "bt 30", "--args", sys.executable, TOOL, "--seed",
-                        str(seed), *extra], capture_output=True, text=True, timeout=600, env=_env())
+    if os.environ.get("PYCUDADRV_FUZZ_GDB") != "1" or gdb is None:
+        return ("(set PYCUDADRV_FUZZ_GDB=1 with cuda-gdb or gdb installed for a native backtrace: "
+                f"{gdb or 'neither is here'})")
+    try:
+        r = subprocess.run([gdb, "-batch", "-ex", "run", "-ex", "bt 30", "--args", sys.executable, TOOL, "--seed",
+                            str(seed), *extra], capture_output=True, text=True, timeout=300, env=_env())
+    except subprocess.TimeoutExpired:
+        return f"({gdb} took more than 300 s)"
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("#") or "signal" in ln.lower()]
     return "\n".join(lines[-40:]) or r.stdout[-3000:]
 

@@ -503,6 +503,38 @@ def test_a_device_loop_body_reads_foreign_memory_after_its_producer(mod, rng):
     np.testing.assert_allclose(got, 2.0 * src_h.astype(np.float64), rtol=1e-6)
 
 
+FOREIGN_STREAM_GONE_SCRIPT = r"""
+import gc
+import numpy as np
+import pycudadrv as cd
+mod = cd.compile('extern "C" __global__ void twice(float* o, const float* x, int n) '
+                 '{ int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) o[i] = 2.0f * x[i]; }').load()
+rng = np.random.default_rng(SEED)
+for rep in range(3):
+    a = rng.standard_normal(4096).astype(np.float32)
+    lib = cd.Stream()                        # stands for another library's stream ...
+    theirs = cd.Stream.from_handle(lib.handle)   # ... that pycudadrv knows only by its handle
+    x = cd.Buffer.from_numpy(a)
+    out = cd.Buffer.empty(4096, np.float32, stream=theirs)     # allocated on it, too
+    mod.function("twice").launch(16, 256, out, x, 4096, stream=theirs)
+    x.copy_to(cd.Buffer.empty(4096, np.float32), stream=theirs)
+    got = out.to_numpy(stream=theirs)
+    assert np.array_equal(got, 2 * a), rep
+    lib.close()                              # the library destroys its stream ...
+    gc.collect()
+    x.close(); out.close()                   # ... and pycudadrv's frees, ordered after its work, follow
+    del theirs
+    gc.collect()
+cd.synchronize_context()
+print("foreign stream gone: OK")
+"""
+
+
+def test_frees_after_work_on_another_librarys_stream_survive_that_stream_being_destroyed(rng):
+    script = FOREIGN_STREAM_GONE_SCRIPT.replace("SEED", str(int(rng.integers(1 << 30))))
+    assert run_child(script).strip().endswith("foreign stream gone: OK")
+
+
 # --- 5. a kernel with no parameters, on every path -------------------------------------------
 
 @pytest.mark.parametrize("path", ["launch", "bind", "call", "graph", "sequence", "queue", "aio"])
