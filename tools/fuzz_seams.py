@@ -26,8 +26,8 @@ def main() -> int:
     ap.add_argument("--progress", action="store_true", help="print each seed as it starts (to name a crash)")
     a = ap.parse_args()
     libs = () if a.no_libs else fz.available_libs()
-    seeds = [a.seed] if a.seed is not None else [
-        (a.base if a.base is not None else int.from_bytes(os.urandom(4), "little")) + k for k in range(a.programs)]
+    base = a.base if a.base is not None else int.from_bytes(os.urandom(4), "little")
+    seeds = [a.seed] if a.seed is not None else [base + k for k in range(a.programs)]
     print(f"fuzz: seeds {seeds[0]}..{seeds[-1]}, {a.segments} segments, libraries: {', '.join(libs) or 'none'}")
     t0 = time.perf_counter()
     steps = bad_runs = 0
