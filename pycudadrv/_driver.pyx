@@ -142,9 +142,15 @@ cdef int _load() except -1:
 
 
 cdef pycudadrv_driver_api* driver() except NULL:
-    global _load_error
+    # The fast path alone: every launch asks, and the loading below (a lock, a try) would make
+    # each call set up exception state.
     if _loaded:
         return &_api
+    return _driver_first_use()
+
+
+cdef pycudadrv_driver_api* _driver_first_use() except NULL:
+    global _load_error
     with _load_lock:
         if not _loaded:
             if _load_error is not None:

@@ -3,6 +3,7 @@
 name, and occupancy (cuFuncGetAttribute, cuFuncSetAttribute, cuOccupancy*)."""
 cimport cython
 from libc.stdint cimport uintptr_t
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
@@ -55,10 +56,13 @@ cdef size_t _smem_trampoline(int block_size) noexcept with gil:
 cdef int parse_dims(object v, unsigned int* out, str what, bint allow_zero) except -1:
     cdef Py_ssize_t n, k
     cdef long long lo = 0 if allow_zero else 1
+    cdef int overflow = 0
+    cdef long long c
     if type(v) is int:
-        if v < lo or v > 0xFFFFFFFF:
+        c = PyLong_AsLongLongAndOverflow(v, &overflow)      # C compares: every launch passes here twice
+        if overflow != 0 or c < lo or c > 0xFFFFFFFF:
             raise ArgumentValueError(f"{what} dimension must be in [{lo}, 2**32-1], got {v}")
-        out[0] = <unsigned int>v
+        out[0] = <unsigned int>c
         out[1] = 1
         out[2] = 1
         return 0
@@ -223,6 +227,7 @@ cdef class KernelBase:
         check(driver().p_cuFuncSetAttribute(self._handle, <CUfunction_attribute>key, value), "cuFuncSetAttribute")
         if key == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
             self.max_dynamic_shared = value
+            self._ok_grid[0] = 0
 
     def set_cache_preference(self, str preference):
         """Prefer more shared memory or more L1 for this kernel

@@ -17,6 +17,7 @@ cdef class Function(KernelBase):
     cdef void** _keep               # per parameter: the scalar object packed last (owned), or NULL
     cdef int _nkeep
 
+
     cdef int _drop_cache(self) except -1
 
 cdef class LaunchConfig:
@@ -42,6 +43,10 @@ cdef class PreparedLaunch:
     cdef list _watch                # the bound Buffers: each launch checks they are still open (foreign
                                     # memory bound as it is is watched through a Buffer over it)
     cdef list _watch_k              # the parameter index of each
+    # Per watched Buffer, the addresses of its `_closed` and its allocation's `attention` flags
+    # (2 per buffer; the objects are kept alive by _watch): the launch checks read these alone.
+    cdef bint** _watch_flags
+    cdef Py_ssize_t _n_flags
     cdef CUlaunchConfig ex_config
     cdef CUlaunchAttribute ex_attrs[4]
 

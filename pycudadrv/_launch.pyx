@@ -11,7 +11,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
-from pycudadrv._kernel cimport KernelBase, kernel_token, parse_dims, validate_config
+from pycudadrv._kernel cimport KernelBase, kernel_token, parse_dims, launch_dims, validate_config
 from pycudadrv._event cimport Event
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, captures_active,
                                 check_launch_outside_capture)
@@ -449,9 +449,15 @@ cdef class Function(KernelBase):
             memcpy(g, lc.grid, sizeof(g))
             memcpy(b, lc.block, sizeof(b))
         else:
-            parse_dims(grid, g, "grid", False)
-            parse_dims(block, b, "block", False)
-            validate_config(self, g, b, shared_mem_bytes)
+            launch_dims(grid, g, "grid")
+            launch_dims(block, b, "block")
+            if (g[0] != self._ok_grid[0] or g[1] != self._ok_grid[1] or g[2] != self._ok_grid[2] or
+                    b[0] != self._ok_block[0] or b[1] != self._ok_block[1] or b[2] != self._ok_block[2] or
+                    shared_mem_bytes != self._ok_shmem):
+                validate_config(self, g, b, shared_mem_bytes)
+                memcpy(self._ok_grid, g, sizeof(g))         # the configuration last validated: the next
+                memcpy(self._ok_block, b, sizeof(b))        # identical launch skips the checks
+                self._ok_shmem = shared_mem_bytes
         if lay.n >= 0 and n != lay.n:
             raise ArgumentTypeError(f"kernel '{self.name}' takes {lay.n} arguments "
                                     f"({_signature.format_layout(lay.params)}), {n} given")

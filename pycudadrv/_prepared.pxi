@@ -33,6 +33,8 @@ cdef class PreparedLaunch:
         self.n = 0
         self._watch = []
         self._watch_k = []
+        self._watch_flags = NULL
+        self._n_flags = 0
 
     def __init__(self, fn=None, grid=None, block=None, *args, shared_mem_bytes=0, stream=None,
                  bint cooperative=False, cluster=None, bint programmatic_dependent=False):
@@ -74,6 +76,7 @@ cdef class PreparedLaunch:
             self._bind(args)
 
     def __dealloc__(self):
+        free(self._watch_flags)
         pycudadrv_arena_release(&self.arena)
         pycudadrv_arena_release(&self.scratch)
         if self.specs != NULL:
@@ -110,11 +113,20 @@ cdef class PreparedLaunch:
             else:
                 continue
             ks.append(k)
+        cdef bint** flags = <bint**>malloc(max(2 * len(watch), 1) * sizeof(bint*))
+        if flags == NULL:
+            raise MemoryError()
+        for k in range(len(watch)):
+            flags[2 * k] = &(<Buffer>watch[k])._closed
+            flags[2 * k + 1] = &(<Buffer>watch[k])._alloc.attention
         for a in watch:
             (<Buffer>a)._alloc.note_use(self._stream)
         self._held = list(args)
         self._watch = watch
         self._watch_k = ks
+        free(self._watch_flags)
+        self._watch_flags = flags
+        self._n_flags = 2 * len(watch)
         return 0
 
     cdef int _check_bound(self, Stream s) except -1:
@@ -153,9 +165,9 @@ cdef class PreparedLaunch:
             raise ArgumentTypeError(f"kernel '{fn.name}': no arguments bound yet; call p(*args) first")
         if fn._module_life.ended:
             fn.ensure_loaded()
-        for o in self._watch:
-            b = <Buffer>o
-            if b._closed or b._alloc.attention:
+        cdef Py_ssize_t j
+        for j in range(self._n_flags):
+            if self._watch_flags[j][0]:
                 self._check_bound(self._stream)
                 break
         if self._stream._closed:
