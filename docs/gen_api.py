@@ -124,8 +124,10 @@ def public_type(t, cls=None):
 
 def stub_info(module_name):
     """{class: {member: (kind, text)}} from the module's .pyi, kind in
-    'property', 'attribute', 'new', 'method'; text is a type (for a method,
-    its return type; None when overloaded) or the constructor's signature."""
+    'property', 'attribute', 'new', 'method' ('refused' or 'bare' for a
+    constructor declared (*args, **kwargs) or without parameters); text is a
+    type (for a method, its return type; None when overloaded) or the
+    constructor's signature."""
     path = os.path.join(PKG, module_name.rsplit(".", 1)[1] + ".pyi")
     if not os.path.exists(path):
         return {}
@@ -155,6 +157,10 @@ def stub_info(module_name):
                     if not args.args and not args.kwonlyargs and args.vararg and args.kwarg:
                         # (*args, **kwargs): the runtime constructor only raises TypeError
                         members["__new__"] = ("refused", None)
+                    elif item.name == "__init__" and not (args.args or args.kwonlyargs or args.vararg or args.kwarg):
+                        # __init__(self): object's, of a class whose __cinit__ refuses every call (so a
+                        # type checker flags any argument); render_class checks that Cls() raises TypeError
+                        members["__new__"] = ("bare", f"{node.name}()")
                     else:
                         members["__new__"] = ("new", f"{node.name}({text(args)})")
                 elif "overload" in decos or item.name in members:
@@ -267,12 +273,15 @@ def render_class(cls, stubs):
     info = stubs.get(cls.__name__, {})
     bases = [b.__name__ for b in cls.__bases__ if b is not object]
     out = [f"### class `{qual}`" + (f" ({', '.join(bases)})" if bases else ""), ""]
-    if "__new__" in info and info["__new__"][0] == "refused":
+    refused = "__new__" in info and info["__new__"][0] == "refused"
+    why = ""
+    if "__new__" in info and info["__new__"][0] in ("refused", "bare"):
         try:
             cls()
-            why = ""
         except TypeError as e:
             why = f' ("{e}")'
+            refused = True
+    if refused:
         out += [f"*Not constructed directly: `{cls.__name__}(...)` raises `TypeError`{why}.*", ""]
     elif "__new__" in info:
         out += ["```python", info["__new__"][1], "```", ""]
