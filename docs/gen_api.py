@@ -15,6 +15,7 @@ here needs a GPU.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import os
@@ -97,6 +98,7 @@ PROTOCOLS = {
 }
 
 
+@functools.cache
 def stub_aliases():
     """{name: definition} of the private type aliases and type variables of every stub."""
     aliases = {}
@@ -248,13 +250,16 @@ def split_signature(obj, name):
 
 def signature(obj):
     """The signature with annotations as written in the source (``from __future__ import
-    annotations`` keeps them as text, the same on every Python version); '(...)' if none."""
+    annotations`` keeps them as text, the same on every Python version), the stubs' private
+    aliases named as the alias table at the end names them; '(...)' if none."""
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
         return "(...)"
     text = re.sub(r"(: |-> )'([^']*)'", r"\1\2", str(sig))
-    return re.sub(r'(: |-> )"([^"]*)"', r"\1\2", text)
+    text = re.sub(r'(: |-> )"([^"]*)"', r"\1\2", text)
+    aliases = stub_aliases()  # a stub's alias (_DeviceLike) as the alias table names it (DeviceLike)
+    return re.sub(r"\b_([A-Z]\w*)", lambda m: m.group(1) if m.group(0) in aliases else m.group(0), text)
 
 
 # --- rendering --------------------------------------------------------------------------
