@@ -19,6 +19,8 @@ import importlib.machinery
 import os
 import subprocess
 import sys
+import sysconfig
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +42,16 @@ def main() -> int:
     import pycudadrv
 
     pkg_dir = Path(pycudadrv.__file__).resolve().parent
-    where = pkg_dir.parent  # mypy run from here resolves `pycudadrv` to this very package
+    installed = {Path(sysconfig.get_path(k)).resolve() for k in ("purelib", "platlib")}
+    with tempfile.TemporaryDirectory() as empty:
+        # Where mypy resolves `pycudadrv` to this very package: a checkout's root, or for an installed
+        # one an empty directory (mypy finds it in site-packages; run from there it takes every
+        # installed module for a user's own file and stops).
+        return check(pkg_dir, Path(empty) if pkg_dir.parent in installed else pkg_dir.parent)
+
+
+def check(pkg_dir: Path, where: Path) -> int:
+    """Run the checks on the package in ``pkg_dir``, with mypy and stubtest run from ``where``."""
     modules = compiled_modules(pkg_dir)
     print(f"stubtest: {len(modules)} compiled modules of {pkg_dir}")
     if not modules:
