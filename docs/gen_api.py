@@ -15,6 +15,7 @@ here needs a GPU.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import os
@@ -37,6 +38,7 @@ SECTIONS = [
     ("Driver", "pycudadrv._driver", None),
     ("Devices", "pycudadrv._device", None),
     ("Streams and events", "pycudadrv._stream", None),
+    (None, "pycudadrv._event", None),
     ("Host memory", "pycudadrv._host", None),
     ("Device memory", "pycudadrv._memory", None),
     ("Interop (foreign arrays and streams)", "pycudadrv._interop", None),
@@ -96,6 +98,7 @@ PROTOCOLS = {
 }
 
 
+@functools.cache
 def stub_aliases():
     """{name: definition} of the private type aliases and type variables of every stub."""
     aliases = {}
@@ -123,8 +126,10 @@ def public_type(t, cls=None):
 
 def stub_info(module_name):
     """{class: {member: (kind, text)}} from the module's .pyi, kind in
-    'property', 'attribute', 'new', 'method'; text is a type (for a method,
-    its return type; None when overloaded) or the constructor's signature."""
+    'property', 'attribute', 'new', 'method' ('refused' or 'bare' for a
+    constructor declared (*args, **kwargs) or without parameters); text is a
+    type (for a method, its return type; None when overloaded) or the
+    constructor's signature."""
     path = os.path.join(PKG, module_name.rsplit(".", 1)[1] + ".pyi")
     if not os.path.exists(path):
         return {}
@@ -154,6 +159,10 @@ def stub_info(module_name):
                     if not args.args and not args.kwonlyargs and args.vararg and args.kwarg:
                         # (*args, **kwargs): the runtime constructor only raises TypeError
                         members["__new__"] = ("refused", None)
+                    elif item.name == "__init__" and not (args.args or args.kwonlyargs or args.vararg or args.kwarg):
+                        # __init__(self): object's, of a class whose __cinit__ refuses every call (so a
+                        # type checker flags any argument); render_class checks that Cls() raises TypeError
+                        members["__new__"] = ("bare", f"{node.name}()")
                     else:
                         members["__new__"] = ("new", f"{node.name}({text(args)})")
                 elif "overload" in decos or item.name in members:
@@ -241,13 +250,16 @@ def split_signature(obj, name):
 
 def signature(obj):
     """The signature with annotations as written in the source (``from __future__ import
-    annotations`` keeps them as text, the same on every Python version); '(...)' if none."""
+    annotations`` keeps them as text, the same on every Python version), the stubs' private
+    aliases named as the alias table at the end names them; '(...)' if none."""
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
         return "(...)"
     text = re.sub(r"(: |-> )'([^']*)'", r"\1\2", str(sig))
-    return re.sub(r'(: |-> )"([^"]*)"', r"\1\2", text)
+    text = re.sub(r'(: |-> )"([^"]*)"', r"\1\2", text)
+    aliases = stub_aliases()  # a stub's alias (_DeviceLike) as the alias table names it (DeviceLike)
+    return re.sub(r"\b_([A-Z]\w*)", lambda m: m.group(1) if m.group(0) in aliases else m.group(0), text)
 
 
 # --- rendering --------------------------------------------------------------------------
@@ -266,12 +278,15 @@ def render_class(cls, stubs):
     info = stubs.get(cls.__name__, {})
     bases = [b.__name__ for b in cls.__bases__ if b is not object]
     out = [f"### class `{qual}`" + (f" ({', '.join(bases)})" if bases else ""), ""]
-    if "__new__" in info and info["__new__"][0] == "refused":
+    refused = "__new__" in info and info["__new__"][0] == "refused"
+    why = ""
+    if "__new__" in info and info["__new__"][0] in ("refused", "bare"):
         try:
             cls()
-            why = ""
         except TypeError as e:
             why = f' ("{e}")'
+            refused = True
+    if refused:
         out += [f"*Not constructed directly: `{cls.__name__}(...)` raises `TypeError`{why}.*", ""]
     elif "__new__" in info:
         out += ["```python", info["__new__"][1], "```", ""]

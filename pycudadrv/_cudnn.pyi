@@ -1,8 +1,12 @@
 """cuDNN matmul through the backend API (compiled); public entry: pycudadrv.cudnn."""
 from typing import Any
 
+from typing_extensions import disjoint_base
+
 from pycudadrv._device import Device
 from pycudadrv._stream import Stream
+
+__all__ = ['MatmulPlan']
 
 ENTRY_POINTS: tuple[str, ...]
 NUMERICAL_NOTES: dict[int, str]
@@ -17,6 +21,7 @@ def engine_rejection(dtype: str, compute_dtype: str, allow_tf32: bool, tf32_over
 def no_engine_message(label: str, version: tuple[int, int, int], device: int, strict_float32: bool,
                       tf32_override: bool, considered: list[str], why: str = "") -> str: ...
 
+@disjoint_base
 class MatmulPlan:
     """A cuDNN matmul ``out = a @ b`` planned once (pycudadrv.cudnn.matmul_plan)."""
 

@@ -3,7 +3,6 @@ from typing import Literal, overload
 
 from typing_extensions import Self, disjoint_base
 
-from pycudadrv._device import Device
 from pycudadrv._stream import EventBase, _DeviceLike, _StreamLike
 
 __all__ = ['Event']
@@ -14,10 +13,6 @@ class Event(EventBase):
     ``timing=False``, for synchronisation only."""
 
     def __new__(cls, *, timing: bool = True, device: _DeviceLike | None = None) -> Self: ...
-    @property
-    def device(self) -> Device: ...
-    @property
-    def timing(self) -> bool: ...
     def record(self, stream: _StreamLike | None = None) -> Self: ...
     @property
     def is_recorded(self) -> bool: ...

@@ -2,6 +2,8 @@
 from collections.abc import Callable, Sequence
 from typing import Final, SupportsIndex, TypeAlias
 
+from typing_extensions import disjoint_base
+
 from pycudadrv._device import Device
 
 __all__ = ['dims3', 'SETTABLE_FUNCTION_ATTRIBUTES', 'CACHE_PREFERENCES']
@@ -14,6 +16,7 @@ CACHE_PREFERENCES: Final[dict[str, int]]
 
 def dims3(v: _Dims, what: str = "grid", allow_zero: bool = False) -> tuple[int, int, int]: ...
 
+@disjoint_base
 class KernelBase:
     """A kernel handle: its launch limits, attributes and occupancy."""
 

@@ -76,6 +76,7 @@ class LaunchConfig:
     @property
     def shared_mem_bytes(self) -> int: ...
 
+@disjoint_base
 class Function(KernelBase):
     """A kernel entry point of a loaded Module (``cuModuleGetFunction``)."""
 

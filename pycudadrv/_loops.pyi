@@ -2,6 +2,7 @@
 from typing import Any, Final
 
 import numpy as np
+from typing_extensions import Self, disjoint_base
 
 from pycudadrv._graph import CapturedGraph
 from pycudadrv._launch import Function
@@ -41,8 +42,30 @@ def patch_kernel_node(
     shared_mem_bytes: int, args: Any,
 ) -> None: ...
 
+@disjoint_base
 class DeviceLoop(CapturedGraph):
     """A captured body run repeatedly on the GPU by one graph launch."""
+
+    def __new__(
+        cls,
+        stream: Stream,
+        mode: _CaptureMode = "thread_local",
+        *,
+        pdl: bool = False,
+        times: int | None = None,
+        until: Condition | None = None,
+        max_iterations: int | None = None,
+    ) -> Self: ...
+    def __init__(
+        self,
+        stream: Stream,
+        mode: _CaptureMode = "thread_local",
+        *,
+        pdl: bool = False,
+        times: int | None = None,
+        until: Condition | None = None,
+        max_iterations: int | None = None,
+    ) -> None: ...
 
     @property
     def times(self) -> int | None: ...

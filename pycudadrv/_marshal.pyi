@@ -4,6 +4,9 @@ import enum
 from collections.abc import Sequence
 from typing import Any, Final
 
+from typing_extensions import disjoint_base
+
+from pycudadrv._device import Device
 from pycudadrv._signature import Param
 
 __all__ = ['ParamKind', 'ParamLayout', 'pack_arguments', 'PARAM_LIMIT_CLASSIC', 'PARAM_LIMIT_LARGE', 'FLOAT32_MAX']
@@ -21,6 +24,7 @@ class ParamKind(enum.IntEnum):
     BYTES = 5
     INTEGER = 6
 
+@disjoint_base
 class ParamLayout:
     """A kernel's parameter layout as the marshaller uses it (internal)."""
 
@@ -28,6 +32,8 @@ class ParamLayout:
     def n(self) -> int: ...
     @property
     def name(self) -> str: ...
+    @property
+    def device(self) -> Device: ...
     @property
     def source(self) -> str: ...
 

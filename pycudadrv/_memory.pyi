@@ -27,7 +27,9 @@ class Buffer:
     """A device allocation, or a view of part of one."""
 
     # Always raises ArgumentTypeError: objects come from ``Buffer.empty``/``zeros``/``from_numpy`` or ``asbuffer``.
-    def __init__(self, *args: object, **kwargs: object) -> None: ...
+    # No parameters, as at run time (object's __init__; __cinit__ refuses the call), so a type checker
+    # flags `Buffer(1024)` too; docs/gen_api.py shows it as not constructed directly.
+    def __init__(self) -> None: ...
     @property
     def device(self) -> Device: ...
     @staticmethod

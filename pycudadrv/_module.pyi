@@ -39,7 +39,9 @@ class Module:
     #: Name expression -> lowered (mangled) name, from ``compile(..., name_expressions=...)``.
     lowered_names: dict[str, str]
     # Always raises ArgumentTypeError: objects come from ``load_module`` or ``compile(...).load()``.
-    def __init__(self, *args: object, **kwargs: object) -> None: ...
+    # No parameters, as at run time (object's __init__; __cinit__ refuses the call), so a type checker
+    # flags `Module(image)` too; docs/gen_api.py shows it as not constructed directly.
+    def __init__(self) -> None: ...
     @property
     def device(self) -> Device: ...
     @property

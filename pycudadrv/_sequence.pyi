@@ -1,8 +1,8 @@
 """Launch sequences, and Dispatch's fast path."""
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, final
 
-from typing_extensions import Self
+from typing_extensions import Self, disjoint_base
 
 from pycudadrv._launch import PreparedLaunch
 from pycudadrv._memory import Buffer
@@ -11,6 +11,7 @@ from pycudadrv._stream import Stream, _StreamLike
 
 __all__ = ['LaunchSequence']
 
+@final
 class LaunchSequence:
     """Prepared launches, event records and stream waits issued in order by one call."""
 
@@ -22,6 +23,7 @@ class LaunchSequence:
     def __call__(self) -> None: ...
     def launch(self, repeat: int = 1) -> None: ...
 
+@disjoint_base
 class DispatchBase:
     """The fast path of :class:`pycudadrv.dispatch.Dispatch`."""
 

@@ -9,6 +9,7 @@ from pycudadrv._device import Device
 from pycudadrv._event import Event
 from pycudadrv._graph import CapturedGraph
 from pycudadrv._loops import Condition, DeviceLoop
+from pycudadrv._ordering import ReadyEvent
 
 __all__ = ['Stream', 'Capture', 'synchronize_context']
 
@@ -67,10 +68,22 @@ class Stream:
 class EventBase:
     """The fields of an Event (see :class:`pycudadrv.Event`)."""
 
+    @property
+    def device(self) -> Device: ...
+    @property
+    def timing(self) -> bool: ...
+
+@disjoint_base
+class CaptureWork:
+    """Work a capture runs when it ends (internal: the allocations and deferred handle
+    destructions a capture owns)."""
+
 @disjoint_base
 class Capture:
     """The state of a stream capture in progress (made by ``stream.capture()``)."""
 
+    # Always raises ArgumentTypeError: captures begin with ``stream.capture()``.
+    def __init__(self, *args: object, **kwargs: object) -> None: ...
     @property
     def stream(self) -> Stream: ...
     @property
@@ -87,6 +100,12 @@ class Capture:
     def kernels(self) -> list[tuple[Any, ...]]: ...
     @property
     def finalizers(self) -> list[Callable[[CapturedGraph], object]]: ...
+    #: The driver's id of this capture (0 when unknown).
+    @property
+    def capture_id(self) -> int: ...
+    #: A device loop body's foreign ready events, waited for in front of the loop.
+    @property
+    def body_waits(self) -> list[ReadyEvent]: ...
     @property
     def active(self) -> bool: ...
     def add_finalizer(self, fn: Callable[[CapturedGraph], object]) -> None: ...

@@ -1,9 +1,12 @@
-from typing import Any
+from typing import Any, final
+
+from typing_extensions import disjoint_base
 
 __all__ = ["TimestampsBase", "Pass", "PASS_CACHE_LIMIT"]
 
 PASS_CACHE_LIMIT: int
 
+@disjoint_base
 class TimestampsBase:
     stream: Any
     _passes: list[list[Any]]
@@ -17,6 +20,7 @@ class TimestampsBase:
     _entry_pool: list[list[Any]]
     def measure(self, label: str) -> Pass: ...
 
+@final
 class Pass:
     @property
     def label(self) -> str: ...

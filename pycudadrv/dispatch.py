@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -71,6 +71,14 @@ from pycudadrv._kernel import dims3
 from pycudadrv._memory import Buffer
 from pycudadrv._sequence import DispatchBase
 from pycudadrv._uninit import initialised, missing
+
+if TYPE_CHECKING:  # for annotations only
+    from pycudadrv._device import Device
+    from pycudadrv._event import Event
+    from pycudadrv._kernel import _Dims
+    from pycudadrv._launch import Function
+    from pycudadrv._stream import Stream
+    from pycudadrv.timestamps import Timestamps
 
 __all__ = ["Encoder", "Pass", "Dispatch", "encoder"]
 
@@ -105,8 +113,8 @@ class Dispatch(DispatchBase):
     before goes to it in C (:class:`pycudadrv._sequence.DispatchBase`).
     """
 
-    def __init__(self, pass_: Pass, function: Any, block: Any = (64, 1, 1), persistent_blocks: int | None = None,
-                 indirect_mode: str = "auto"):
+    def __init__(self, pass_: Pass, function: Function, block: _Dims = (64, 1, 1), persistent_blocks: int | None = None,
+                 indirect_mode: str = "auto") -> None:
         if indirect_mode not in _INDIRECT_MODES:
             raise ArgumentValueError(f"indirect_mode must be one of {_INDIRECT_MODES}, got {indirect_mode!r}")
         self.indirect_mode = indirect_mode
@@ -117,7 +125,7 @@ class Dispatch(DispatchBase):
         self._push: tuple = ()
         self._prepared: dict = {}
         self.persistent_blocks = persistent_blocks
-        self._update_kernel = None
+        self._update_kernel: Function | None = None
         self._prepare_device_indirect()
 
     def _prepare_device_indirect(self) -> None:
@@ -270,8 +278,9 @@ class Dispatch(DispatchBase):
 
     launch = DispatchBase.dispatch
 
-    def __getattr__(self, name: str) -> Any:
-        raise missing(self, name, "_bindings", "Pass.dispatch(function)")
+    if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise accept any attribute name
+        def __getattr__(self, name: str) -> Any:
+            raise missing(self, name, "_bindings", "Pass.dispatch(function)")
 
     def __repr__(self) -> str:
         if not initialised(self, "_bindings"):
@@ -283,19 +292,20 @@ class Dispatch(DispatchBase):
 class Pass:
     """A labelled group of dispatches (optionally timed by a Timestamps)."""
 
-    def __init__(self, encoder: Encoder, label: str):
+    def __init__(self, encoder: Encoder, label: str) -> None:
         self.encoder = encoder
         self.label = label
 
-    def dispatch(self, function: Any, *, block: Any = (64, 1, 1), persistent_blocks: int | None = None,
+    def dispatch(self, function: Function, *, block: _Dims = (64, 1, 1), persistent_blocks: int | None = None,
                  indirect_mode: str = "auto") -> Dispatch:
         """A :class:`Dispatch` of ``function`` with workgroup size ``block``;
         ``indirect_mode`` is ``"auto"``, ``"device"`` or ``"persistent"`` (see
         the module docstring)."""
         return Dispatch(self, function, block, persistent_blocks, indirect_mode)
 
-    def __getattr__(self, name: str) -> Any:
-        raise missing(self, name, "encoder", "Encoder.pass_(label)")
+    if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise accept any attribute name
+        def __getattr__(self, name: str) -> Any:
+            raise missing(self, name, "encoder", "Encoder.pass_(label)")
 
 
 class Encoder:
@@ -305,14 +315,14 @@ class Encoder:
     symmetry with shader APIs and returns an Event recorded after them.
     """
 
-    def __init__(self, device: Any = None, stream: Any = None):
+    def __init__(self, device: Device | None = None, stream: Stream | None = None) -> None:
         from pycudadrv._device import get_current_device
 
         self.device = device if device is not None else get_current_device()
         self.stream = stream if stream is not None else self.device.default_stream
 
     @contextmanager
-    def pass_(self, label: str = "pass", timestamps: Any = None) -> Iterator[Pass]:
+    def pass_(self, label: str = "pass", timestamps: Timestamps | None = None) -> Iterator[Pass]:
         """``with encoder.pass_("label", timestamps=ts) as p:``; with
         ``timestamps`` the pass is timed as ``ts.measure(label)``; with NVTX on
         (``PYCUDADRV_NVTX=1``) it is an NVTX range named ``label``."""
@@ -329,16 +339,17 @@ class Encoder:
         ranges are checked (ArgumentValueError)."""
         src.copy_to(dst, nbytes=nbytes, src_offset=src_offset, dst_offset=dst_offset, stream=self.stream)
 
-    def submit(self) -> Any:
+    def submit(self) -> Event:
         """Return an Event recorded after everything encoded so far."""
         from pycudadrv._event import Event
 
         return Event(timing=False, device=self.device).record(self.stream)
 
-    def __getattr__(self, name: str) -> Any:
-        raise missing(self, name, "stream", "Encoder(device, stream) or Device.encoder()")
+    if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise accept any attribute name
+        def __getattr__(self, name: str) -> Any:
+            raise missing(self, name, "stream", "Encoder(device, stream) or Device.encoder()")
 
 
-def encoder(device: Any = None, stream: Any = None) -> Encoder:
+def encoder(device: Device | None = None, stream: Stream | None = None) -> Encoder:
     """``Encoder(device, stream)``; also reachable as ``Device.encoder(stream)``."""
     return Encoder(device, stream)

@@ -19,7 +19,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pycudadrv import _compile_cache
 from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
@@ -27,6 +27,10 @@ from pycudadrv._paths import cuda_include_candidates
 from pycudadrv._textargs import _bool, _encodable, _strings
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
                                NvrtcUnavailableError)
+
+if TYPE_CHECKING:  # for annotations only: pycudadrv._module imports this module
+    from pycudadrv._module import Module
+    from pycudadrv._stream import _DeviceLike
 
 __all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrtc_version", "nvrtc_path",
            "nvrtc_supported_archs", "cache_dir", "cache_size", "clear_cache"]
@@ -234,7 +238,7 @@ class ObjectCode:
         if not self.archs:
             self.archs = (self.arch,)
 
-    def load(self, device: Any = None) -> Any:
+    def load(self, device: _DeviceLike | None = None) -> Module:
         """Load into ``device`` (current by default) through the module cache
         (``cuModuleLoadDataEx``); returns the Module. Raises
         ArgumentValueError for LTO-IR, which must be linked first."""

@@ -42,7 +42,7 @@ class Timestamps(TimestampsBase):
         Defaults to the current device's default stream.
     """
 
-    def __init__(self, stream: Stream | None = None):
+    def __init__(self, stream: Stream | None = None) -> None:
         if stream is None:
             from pycudadrv._device import get_current_device
 
@@ -78,7 +78,7 @@ class Timestamps(TimestampsBase):
         end = self._req_end
         return end is None or end.query()
 
-    def _take(self) -> list:
+    def _take(self) -> list[tuple[str, float]]:
         req, self._requested = self._requested, []
         self._req_end = None
         starts = [e[1] for e in req]
@@ -90,7 +90,7 @@ class Timestamps(TimestampsBase):
         self._entry_pool.extend(req)
         return out
 
-    def try_take(self):
+    def try_take(self) -> list[tuple[str, float]] | None:
         """The results asked for (see :meth:`request_read`; asked now when
         nothing was) as ``[(label, milliseconds), ...]`` in order of start,
         once the GPU has finished them (``cuEventQuery``), clearing them;
@@ -104,7 +104,7 @@ class Timestamps(TimestampsBase):
             return None
         return self._take()
 
-    def read(self, blocking: bool = True) -> list:
+    def read(self, blocking: bool = True) -> list[tuple[str, float]]:
         """Ask for every closed pass and return ``[(label, milliseconds), ...]``
         (in order of start), clearing them.
 
@@ -129,7 +129,7 @@ class Timestamps(TimestampsBase):
                                 "on the GPU; try_take() returns them once they are done, read() waits")
         return self._take()
 
-    def wait_read(self) -> list:
+    def wait_read(self) -> list[tuple[str, float]]:
         """``read(blocking=True)``: wait for every closed pass and return its results."""
         return self.read(blocking=True)
 
@@ -153,6 +153,6 @@ class Timestamps(TimestampsBase):
         self._requested = []
         self._req_end = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"<Timestamps on {self.stream!r}, {len(self._open)} open, "
                 f"{len(self._passes) - len(self._open)} closed, {len(self._requested)} requested>")
