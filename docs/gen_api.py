@@ -37,6 +37,7 @@ SECTIONS = [
     ("Driver", "pycudadrv._driver", None),
     ("Devices", "pycudadrv._device", None),
     ("Streams and events", "pycudadrv._stream", None),
+    (None, "pycudadrv._event", None),
     ("Host memory", "pycudadrv._host", None),
     ("Device memory", "pycudadrv._memory", None),
     ("Interop (foreign arrays and streams)", "pycudadrv._interop", None),
