@@ -31,6 +31,7 @@ import os
 import stat
 import struct
 import tempfile
+import threading
 import time
 import warnings
 from typing import Any, TypeVar
@@ -49,6 +50,10 @@ _READ_LIMIT = 1 << 30
 #: Temporary files older than this (seconds) are leftovers of a writer that died: removed when evicting.
 _STALE_TMP_S = 3600.0
 _warned: set[tuple[str, str]] = set()
+#: A relative ``PYCUDADRV_CACHE_DIR`` -> the absolute directory it named at its first use (the process may
+#: change its working directory later; the cache stays where it was).
+_relative_dirs: dict[str, str] = {}
+_relative_lock = threading.Lock()
 T = TypeVar("T")
 
 
@@ -76,7 +81,10 @@ def cache_dir() -> str | None:
     ``~`` or ``~user`` expanded), else :func:`default_cache_dir`; None when
     ``PYCUDADRV_CACHE=0`` disables it. A ``PYCUDADRV_CACHE_DIR`` of only
     blanks, or whose ``~user`` is no user, warns once (``RuntimeWarning``) and
-    the default is used: never a directory named ``"   "`` or ``./~user``."""
+    the default is used: never a directory named ``"   "`` or ``./~user``.
+    A relative one is resolved against the working directory once, at its
+    first use, and warns once (``RuntimeWarning``) naming the absolute
+    directory: later calls use that one, wherever the process has moved."""
     if not env_flag("PYCUDADRV_CACHE", True):
         return None
     raw = os.environ.get("PYCUDADRV_CACHE_DIR")
@@ -90,7 +98,18 @@ def cache_dir() -> str | None:
             warnings.warn(f"PYCUDADRV_CACHE_DIR={raw!r} is not a directory name ({why}); using the default "
                           f"{default!r}", RuntimeWarning, stacklevel=3)
         return default
-    return os.path.expanduser(raw)
+    path = os.path.expanduser(raw)
+    if os.path.isabs(path):
+        return path
+    with _relative_lock:
+        resolved = _relative_dirs.get(raw)
+        if resolved is None:
+            resolved = _relative_dirs[raw] = os.path.abspath(path)
+            warnings.warn(f"PYCUDADRV_CACHE_DIR={raw!r} is a relative path: the compile cache uses {resolved!r} "
+                          "(resolved against the working directory at its first use, and kept for the rest of "
+                          "this process); set an absolute path to choose the directory", RuntimeWarning,
+                          stacklevel=3)
+    return resolved
 
 
 def cache_max_bytes() -> int:

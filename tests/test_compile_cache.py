@@ -154,6 +154,28 @@ def test_a_cache_dir_that_names_no_directory_warns_once_and_uses_the_default(raw
     assert len(list((tmp_path / "xdg" / "pycudadrv").glob("*.nvrtc"))) == 1
 
 
+def test_a_relative_cache_dir_is_resolved_once_and_warns_naming_the_absolute_directory(tmp_path, monkeypatch):
+    from pycudadrv import _compile_cache
+
+    monkeypatch.setattr(_compile_cache, "_relative_dirs", {})     # as in a fresh process
+    (tmp_path / "first").mkdir()
+    (tmp_path / "later").mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    monkeypatch.setenv("PYCUDADRV_CACHE_DIR", "rel/cache")
+    monkeypatch.delenv("PYCUDADRV_CACHE", raising=False)
+    used = tmp_path / "first" / "rel" / "cache"
+    with pytest.warns(RuntimeWarning, match=rf"PYCUDADRV_CACHE_DIR='rel/cache' is a relative path: the compile "
+                                            rf"cache uses '{used}' \(resolved against the working directory at "
+                                            r"its first use"):
+        assert not cd.compile(SRC, arch="sm_90").from_cache
+    monkeypatch.chdir(tmp_path / "later")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                              # warned once
+        assert nvrtc.cache_dir() == str(used)
+        assert cd.compile(SRC, arch="sm_90").from_cache             # the same directory, not later/rel/cache
+    assert len(entries(used)) == 1 and not (tmp_path / "later" / "rel").exists()
+
+
 def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
     monkeypatch.delenv("PYCUDADRV_CACHE_DIR", raising=False)
     monkeypatch.delenv("PYCUDADRV_CACHE", raising=False)
