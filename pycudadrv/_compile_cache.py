@@ -7,9 +7,11 @@ architecture and the identity of the NVRTC library; ``link()``: every input's
 bytes and kind, the options, the architecture and the nvJitLink library).
 
 File layout: ``MAGIC | sha256(body) (32 bytes) | body``, where body is a u32
-length of a JSON header, the JSON, then the image bytes. Files are written to
-a temporary name and renamed, so a reader never sees half a file; a file whose
-checksum does not match is ignored (the caller compiles again).
+length of a JSON header, the JSON, then the image bytes. The JSON holds the
+entry's own key, so a valid entry under another entry's name (copied or
+renamed) is never taken for that one. Files are written to a temporary name
+and renamed, so a reader never sees half a file; a file whose checksum or key
+does not match is ignored (the caller compiles again and rewrites it).
 
 The directory has a size limit (``PYCUDADRV_CACHE_MAX_BYTES``, default 1 GiB):
 after each write the least recently used entries (by access time, which a hit
@@ -218,8 +220,10 @@ def _touch(path: str, st: os.stat_result) -> None:
 
 def read(k: str) -> tuple[dict[str, Any], bytes] | None:
     """``(header, image)`` of entry ``k``, or None when it is absent, not a
-    regular file, too large, corrupt or truncated. A hit marks the entry as
-    used; an entry over :func:`cache_max_bytes` is removed instead of read."""
+    regular file, too large, corrupt or truncated, or holds another key (an
+    entry copied under this one's name, or written before entries recorded
+    their key). A hit marks the entry as used; an entry over
+    :func:`cache_max_bytes` is removed instead of read."""
     d = cache_dir()
     if not d:
         return None
@@ -248,18 +252,21 @@ def read(k: str) -> tuple[dict[str, Any], bytes] | None:
     image = body[4 + n:]
     if not isinstance(meta, dict) or len(image) != meta.get("image_bytes"):
         return None
+    if meta.get("key") != k:
+        return None  # another entry's result under this name: as good as corrupt, compile again
     _touch(path, st)
     return meta, image
 
 
 def write(k: str, meta: dict[str, Any], image: bytes) -> None:
-    """Store entry ``k`` (atomically), then evict the least recently used
-    entries beyond :func:`cache_max_bytes`. An unusable directory warns once."""
+    """Store entry ``k`` (atomically; ``k`` itself goes into the header, for
+    :func:`read` to check), then evict the least recently used entries
+    beyond :func:`cache_max_bytes`. An unusable directory warns once."""
     d = cache_dir()
     if not d:
         return
     limit = cache_max_bytes()
-    body_meta = json.dumps(dict(meta, image_bytes=len(image))).encode()
+    body_meta = json.dumps(dict(meta, image_bytes=len(image), key=k)).encode()
     body = struct.pack("<I", len(body_meta)) + body_meta + image
     blob = MAGIC + hashlib.sha256(body).digest() + body
     if len(blob) > limit:   # it would be evicted at once: not written, and the others still fit the limit

@@ -71,6 +71,21 @@ def test_corrupt_or_truncated_entries_are_recompiled_never_loaded(cache, damage)
     assert cd.compile(SRC, arch="sm_90").from_cache  # rewritten whole
 
 
+def test_a_valid_entry_copied_under_another_keys_name_is_recompiled_never_loaded(cache):
+    other_src = SRC.replace("= v", "= v * 4.0f")
+    other = cd.compile(other_src, arch="sm_90")
+    (other_entry,) = entries(cache)
+    mine = cd.compile(SRC, arch="sm_90")
+    (my_entry,) = set(entries(cache)) - {other_entry}
+    my_entry.write_bytes(other_entry.read_bytes())      # intact, checksum and all, but the other key's result
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # ignored as quietly as a corrupt entry
+        again = cd.compile(SRC, arch="sm_90")
+    assert not again.from_cache and again.image == mine.image != other.image
+    assert cd.compile(SRC, arch="sm_90").from_cache     # rewritten with its own key
+    assert cd.compile(other_src, arch="sm_90").from_cache
+
+
 def test_cache_can_be_disabled(cache, monkeypatch):
     monkeypatch.setenv("PYCUDADRV_CACHE", "0")
     assert nvrtc.cache_dir() is None
