@@ -45,7 +45,29 @@ def test_arguments_in_range_reach_the_gpu_check(capsys, monkeypatch):
 
     monkeypatch.setattr(cd, "require", no_driver)
     assert cli.main(["--size", "3", "--steps", "1"]) == 1
-    assert capsys.readouterr().err == "pycudadrv: CUDA unavailable: no driver on this test machine\n"
+    assert capsys.readouterr().err == ("pycudadrv: CUDA unavailable: no driver on this test machine. For what "
+                                       "pycudadrv found (driver, devices, NVRTC, environment): python -m "
+                                       "pycudadrv --info\n")
+
+
+def test_a_driver_without_devices_ends_with_the_same_pointer_to_info(capsys, monkeypatch):
+    monkeypatch.setattr(cd, "require", lambda: None)
+    monkeypatch.setattr(cd, "device_count", lambda: 0)
+    assert cli.main([]) == 1
+    assert capsys.readouterr().err == ("pycudadrv: CUDA unavailable: the driver reports no device. For what "
+                                       "pycudadrv found (driver, devices, NVRTC, environment): python -m "
+                                       "pycudadrv --info\n")
+
+
+def test_the_help_is_plain_text_without_rst_markup(capsys):
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["--help"])
+    assert ei.value.code == 0
+    out = capsys.readouterr().out
+    assert "\npython -m pycudadrv: the driver, the devices, and a real workload.\n" in out
+    assert "CUDA C++ compiled with pycudadrv.compile(), checks" in out
+    assert "python -m pycudadrv --info prints the report of\npycudadrv.show_config instead" in out
+    assert "`" not in out and ":func:" not in out
 
 
 def test_an_unbuilt_tree_that_would_borrow_another_trees_extensions_refuses_to_import(tmp_path):

@@ -72,7 +72,9 @@ def test_main_job_without_a_driver_prints_one_line_and_fails():
     r = _run_without_driver("import sys, pycudadrv.__main__ as m; sys.exit(m.main([]))")
     assert r.returncode == 1
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("pycudadrv: CUDA unavailable:")
+    assert len(lines) == 1 and lines[0].startswith("pycudadrv: CUDA unavailable: CUDA driver library not found")
+    assert lines[0].endswith(" For what pycudadrv found (driver, devices, NVRTC, environment): "
+                             "python -m pycudadrv --info")
 
 
 def test_stream_arguments_are_checked_before_the_driver_is_needed():
