@@ -1,6 +1,9 @@
-"""``python -m pycudadrv``'s arguments are checked before the GPU is, and an unbuilt checkout that
-would borrow another installation's compiled extensions refuses to import (CPU)."""
+"""``python -m pycudadrv``'s arguments are checked before the GPU is, its help is plain text, a run
+without CUDA ends with one line pointing to ``--info`` (as README.md shows, beside its two set-up
+commands), and an unbuilt checkout that would borrow another installation's compiled extensions
+refuses to import (CPU)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -103,3 +106,29 @@ def test_an_unbuilt_tree_that_would_borrow_another_trees_extensions_refuses_to_i
                                f"not beside this package's Python files in {os.path.realpath(clone)}: this "
                                "source tree was never built"), r.stdout
     assert "python -m pip install -e ." in r.stdout
+
+
+# --- what README.md says about the two set-up commands ------------------------------------------------
+
+def _readme_setup():
+    readme = os.path.join(os.path.dirname(PKG), "README.md")
+    if not os.path.isfile(readme):
+        pytest.skip("README.md is not beside the package (run the tests from a checkout)")
+    text = open(readme, encoding="utf-8").read()
+    return text.split("## Set up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_sets_up_in_two_commands_the_first_making_the_virtual_environment():
+    commands = re.findall(r"^```sh\n(.*?)\n```", _readme_setup(), re.S | re.M)
+    assert commands == [
+        'python3 -m venv .venv && . .venv/bin/activate && python -m pip install -e ".[nvrtc]" && python -m pycudadrv',
+        'python -m pip install -e ".[test]" && python -m pytest -rs',
+    ]
+    ci = os.path.join(os.path.dirname(PKG), ".ci", "run")
+    if os.path.isfile(ci):      # CI runs the README's test command as written
+        assert commands[1] in open(ci, encoding="utf-8").read().splitlines()
+
+
+def test_the_readme_quotes_the_line_the_main_job_ends_with_without_a_gpu():
+    (line,) = [ln for ln in _readme_setup().splitlines() if ln.startswith("pycudadrv: CUDA unavailable: ")]
+    assert line.endswith(". " + cli.INFO_HINT)
