@@ -73,14 +73,14 @@ def test_a_stream_reports_the_priority_it_was_created_with():
 
 @pytest.mark.parametrize("outside", ["above", "below"])
 def test_a_priority_outside_the_range_is_refused_naming_the_range_not_clamped(outside):
-    least, greatest = cd.Stream.priority_range()
+    least, greatest = cd.Stream.priority_range(0)
     p = least + 1 if outside == "above" else greatest - 1
     with pytest.raises(cd.ArgumentValueError) as ei:
-        cd.Stream(priority=p)
+        cd.Stream(0, priority=p)
     assert str(ei.value) == (f"Stream: priority {p} is outside the range of device 0: {greatest} (highest) to "
                              f"{least} (lowest); lower numbers are higher priority in CUDA, 0 is the default")
     with pytest.raises(cd.ArgumentValueError, match="is outside the range of device 0"):
-        cd.Stream(priority=2**70)      # never truncated to a C int
+        cd.Stream(0, priority=2**70 if outside == "above" else -2**70)      # never truncated to a C int
 
 
 def test_a_priority_stream_is_closed_like_any_other():
@@ -96,9 +96,7 @@ def test_kernels_on_a_highest_priority_stream_match_numpy(saxpy_module, rng):
     y = rng.standard_normal(n).astype(np.float32)
     a = float(rng.uniform(-3, 3))
     with cd.Stream(priority=cd.Stream.priority_range()[1]) as s:
-        bx, by = cd.Buffer.empty(n, np.float32), cd.Buffer.empty(n, np.float32)
-        bx.write(x, stream=s)
-        by.write(y, stream=s)
+        bx, by = cd.Buffer.from_numpy(x, stream=s), cd.Buffer.from_numpy(y, stream=s)
         saxpy_module.function("saxpy").launch((n + 255) // 256, 256, by, bx, a, n, stream=s)
         out = by.to_numpy(out=np.full(n, np.nan, np.float32), stream=s)
     assert rel_err(out, a * x.astype(np.float64) + y) < 1e-6
