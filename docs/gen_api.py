@@ -196,7 +196,7 @@ def to_markdown(doc):
         if line.strip() and re.fullmatch(r"[-=]{3,}", nxt.strip()) and len(nxt.strip()) >= len(line.strip()):
             out.append(f"**{line.strip()}**")
             out.append("")
-            in_section = line.strip() in ("Parameters", "Returns", "Raises", "Attributes")
+            in_section = line.strip() in ("Parameters", "Returns", "Raises", "Warns", "Attributes")
             i += 2
             continue
         if line.lstrip().startswith(">>>"):

@@ -4,18 +4,38 @@ Prints the driver version and a table of devices, then runs a 2-D heat
 diffusion (5-point stencil) on a 2048x2048 float32 grid for 1,000 steps from
 CUDA C++ compiled with ``pycudadrv.compile()``, checks the result against a
 NumPy float64 reference (relative error must be under 1e-5) and prints the
-steps per second. Exits 1 with one line saying why when CUDA is unavailable,
-2 when the check fails, and 2 with a usage line (argparse) for an argument out
-of range (``--size`` 3..46340, ``--steps`` >= 1), checked before the GPU is.
+steps per second. Exits 1 with one line saying why when CUDA (or NVRTC) is
+unavailable, ending with a pointer to ``--info``; 2 when the check fails; and
+2 with a usage line (argparse) for an argument out of range (``--size``
+3..46340, ``--steps`` >= 1), checked before the GPU is.
 
-``python -m pycudadrv --info`` prints :func:`pycudadrv.show_config` instead
-(version, driver, devices, NVRTC, cache, optional libraries, environment) and
-exits 0, with or without a GPU.
+``python -m pycudadrv --info`` prints the report of
+:func:`pycudadrv.show_config` instead (version, driver, devices, NVRTC,
+cache, optional libraries, environment) and exits 0, with or without a GPU.
 """
 import argparse
+import re
 import sys
 
 from pycudadrv.heat import MAX_SIZE, MIN_SIZE
+
+#: Where a one-line failure points for the whole picture.
+INFO_HINT = "For what pycudadrv found (driver, devices, NVRTC, environment): python -m pycudadrv --info"
+
+
+def _plain(text):
+    """reStructuredText inline markup as plain terminal text: ``x`` and :func:`x` become x."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return re.sub(r"``(.+?)``", r"\1", text)
+
+
+def _fail(reason):
+    """Print the one line a failed run ends with (the reason, then where to look) and return 1."""
+    reason = str(reason).rstrip()
+    if not reason.endswith((".", "!", "?")):
+        reason += "."
+    print(f"pycudadrv: {reason} {INFO_HINT}", file=sys.stderr)
+    return 1
 
 
 def _int_in(low, high=None):
@@ -36,7 +56,9 @@ def _int_in(low, high=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m pycudadrv", description=__doc__.split("\n\n")[0])
+    first, _, rest = __doc__.partition("\n\n")
+    ap = argparse.ArgumentParser(prog="python -m pycudadrv", description=_plain(first), epilog=_plain(rest.strip()),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=_int_in(MIN_SIZE, MAX_SIZE), default=2048,
                     help=f"grid edge in cells, {MIN_SIZE} to {MAX_SIZE} (the kernel indexes with an int; "
                          "default 2048)")
@@ -56,11 +78,9 @@ def main(argv=None):
         cd.require()
         n_dev = cd.device_count()
     except cd.CudaUnavailableError as e:
-        print(f"pycudadrv: CUDA unavailable: {e}", file=sys.stderr)
-        return 1
+        return _fail(f"CUDA unavailable: {e}")
     if n_dev == 0:
-        print("pycudadrv: CUDA unavailable: the driver reports no device", file=sys.stderr)
-        return 1
+        return _fail("CUDA unavailable: the driver reports no device")
 
     major, minor = cd.driver_version()
     print(f"pycudadrv {cd.__version__}: CUDA driver {major}.{minor} "
@@ -73,8 +93,7 @@ def main(argv=None):
     try:
         print(f"NVRTC {'.'.join(map(str, cd.nvrtc_version()))} at {cd.nvrtc.nvrtc_path()}")
     except cd.NvrtcUnavailableError as e:
-        print(f"pycudadrv: {e}", file=sys.stderr)
-        return 1
+        return _fail(e)
 
     n, steps = args.size, args.steps
     print(f"heat diffusion: {n}x{n} float32, {steps} steps, 5-point stencil, alpha={heat.ALPHA}")

@@ -7,9 +7,11 @@ architecture and the identity of the NVRTC library; ``link()``: every input's
 bytes and kind, the options, the architecture and the nvJitLink library).
 
 File layout: ``MAGIC | sha256(body) (32 bytes) | body``, where body is a u32
-length of a JSON header, the JSON, then the image bytes. Files are written to
-a temporary name and renamed, so a reader never sees half a file; a file whose
-checksum does not match is ignored (the caller compiles again).
+length of a JSON header, the JSON, then the image bytes. The JSON holds the
+entry's own key, so a valid entry under another entry's name (copied or
+renamed) is never taken for that one. Files are written to a temporary name
+and renamed, so a reader never sees half a file; a file whose checksum or key
+does not match is ignored (the caller compiles again and rewrites it).
 
 The directory has a size limit (``PYCUDADRV_CACHE_MAX_BYTES``, default 1 GiB):
 after each write the least recently used entries (by access time, which a hit
@@ -31,6 +33,7 @@ import os
 import stat
 import struct
 import tempfile
+import threading
 import time
 import warnings
 from typing import Any, TypeVar
@@ -49,6 +52,10 @@ _READ_LIMIT = 1 << 30
 #: Temporary files older than this (seconds) are leftovers of a writer that died: removed when evicting.
 _STALE_TMP_S = 3600.0
 _warned: set[tuple[str, str]] = set()
+#: A relative ``PYCUDADRV_CACHE_DIR`` -> the absolute directory it named at its first use (the process may
+#: change its working directory later; the cache stays where it was).
+_relative_dirs: dict[str, str] = {}
+_relative_lock = threading.Lock()
 T = TypeVar("T")
 
 
@@ -76,7 +83,10 @@ def cache_dir() -> str | None:
     ``~`` or ``~user`` expanded), else :func:`default_cache_dir`; None when
     ``PYCUDADRV_CACHE=0`` disables it. A ``PYCUDADRV_CACHE_DIR`` of only
     blanks, or whose ``~user`` is no user, warns once (``RuntimeWarning``) and
-    the default is used: never a directory named ``"   "`` or ``./~user``."""
+    the default is used: never a directory named ``"   "`` or ``./~user``.
+    A relative one is resolved against the working directory once, at its
+    first use, and warns once (``RuntimeWarning``) naming the absolute
+    directory: later calls use that one, wherever the process has moved."""
     if not env_flag("PYCUDADRV_CACHE", True):
         return None
     raw = os.environ.get("PYCUDADRV_CACHE_DIR")
@@ -90,7 +100,18 @@ def cache_dir() -> str | None:
             warnings.warn(f"PYCUDADRV_CACHE_DIR={raw!r} is not a directory name ({why}); using the default "
                           f"{default!r}", RuntimeWarning, stacklevel=3)
         return default
-    return os.path.expanduser(raw)
+    path = os.path.expanduser(raw)
+    if os.path.isabs(path):
+        return path
+    with _relative_lock:
+        resolved = _relative_dirs.get(raw)
+        if resolved is None:
+            resolved = _relative_dirs[raw] = os.path.abspath(path)
+            warnings.warn(f"PYCUDADRV_CACHE_DIR={raw!r} is a relative path: the compile cache uses {resolved!r} "
+                          "(resolved against the working directory at its first use, and kept for the rest of "
+                          "this process); set an absolute path to choose the directory", RuntimeWarning,
+                          stacklevel=3)
+    return resolved
 
 
 def cache_max_bytes() -> int:
@@ -199,8 +220,10 @@ def _touch(path: str, st: os.stat_result) -> None:
 
 def read(k: str) -> tuple[dict[str, Any], bytes] | None:
     """``(header, image)`` of entry ``k``, or None when it is absent, not a
-    regular file, too large, corrupt or truncated. A hit marks the entry as
-    used; an entry over :func:`cache_max_bytes` is removed instead of read."""
+    regular file, too large, corrupt or truncated, or holds another key (an
+    entry copied under this one's name, or written before entries recorded
+    their key). A hit marks the entry as used; an entry over
+    :func:`cache_max_bytes` is removed instead of read."""
     d = cache_dir()
     if not d:
         return None
@@ -229,18 +252,21 @@ def read(k: str) -> tuple[dict[str, Any], bytes] | None:
     image = body[4 + n:]
     if not isinstance(meta, dict) or len(image) != meta.get("image_bytes"):
         return None
+    if meta.get("key") != k:
+        return None  # another entry's result under this name: as good as corrupt, compile again
     _touch(path, st)
     return meta, image
 
 
 def write(k: str, meta: dict[str, Any], image: bytes) -> None:
-    """Store entry ``k`` (atomically), then evict the least recently used
-    entries beyond :func:`cache_max_bytes`. An unusable directory warns once."""
+    """Store entry ``k`` (atomically; ``k`` itself goes into the header, for
+    :func:`read` to check), then evict the least recently used entries
+    beyond :func:`cache_max_bytes`. An unusable directory warns once."""
     d = cache_dir()
     if not d:
         return
     limit = cache_max_bytes()
-    body_meta = json.dumps(dict(meta, image_bytes=len(image))).encode()
+    body_meta = json.dumps(dict(meta, image_bytes=len(image), key=k)).encode()
     body = struct.pack("<I", len(body_meta)) + body_meta + image
     blob = MAGIC + hashlib.sha256(body).digest() + body
     if len(blob) > limit:   # it would be evicted at once: not written, and the others still fit the limit

@@ -99,14 +99,25 @@ def _small_int(digits: str, what: str, where: str) -> int:
     return int(digits)
 
 
+def _check_text(text, who: str, name: str, what: str) -> None:
+    """Raise ArgumentTypeError unless ``text`` (the parameter ``name`` of ``who``, holding ``what``) is a str."""
+    if isinstance(text, str):
+        return
+    hint = f"; decode bytes first ({name}.decode())" if isinstance(text, (bytes, bytearray, memoryview)) else ""
+    raise ArgumentTypeError(f"{who}: {name} must be {what} as a str{hint}, got {type(text).__name__} "
+                            f"{_bounded_repr(text)}")
+
+
 def ptx_entries(ptx: str) -> dict:
     """Map each ``.entry`` name in PTX text to its parameter layout.
 
     ``.param .u64 x`` -> INTEGER 8; ``.param .f32 x`` -> FLOAT 4; an array
     ``.param .align 8 .b8 x[16]`` -> BYTES 16 aligned to 8; ``.ptr`` params
     -> POINTER. Linear in the length of the text. Raises
-    ArgumentValueError for a parameter it cannot read.
+    ArgumentTypeError when ``ptx`` is not a str (bytes included: decode
+    them first), ArgumentValueError for a parameter it cannot read.
     """
+    _check_text(ptx, "ptx_entries", "ptx", "PTX text")
     out = {}
     ptx = _strip_comments(ptx)
     for m in _ENTRY_RE.finditer(ptx):
@@ -420,7 +431,9 @@ def source_params(source: str) -> dict:
     branches, which this reader does not evaluate): its layout comes from the
     PTX alone. Comments, string literals and preprocessor lines are never
     read as declarations. Linear in the length of ``source`` (n log n for
-    the ``extern "C"`` block look-up)."""
+    the ``extern "C"`` block look-up). Raises ArgumentTypeError when
+    ``source`` is not a str (bytes included: decode them first)."""
+    _check_text(source, "source_params", "source", "CUDA C++ text")
     text = _LEX_RE.sub(_lex_out, source)
     positions, depths = _extern_c_depths(text)
     out: dict[str, list] = {}

@@ -9,6 +9,7 @@ from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, get_device, current_device, as_device
 
+import operator
 import os
 import sys
 import threading
@@ -185,15 +186,82 @@ def synchronize_context(device=None):
         check(d.p_cuCtxSynchronize(), "cuCtxSynchronize")
 
 
+# Passed to Stream.__new__ by from_handle: the fields are filled there, no stream is created.
+cdef object _WRAP = object()
+
+
+cdef str _short_repr(object v):
+    """repr(v) cut to 60 characters; never raises."""
+    try:
+        r = repr(v)
+    except Exception:  # noqa -- a message must never fail
+        return f"<{type(v).__name__} object>"
+    return r if len(r) <= 60 else r[:60] + "..."
+
+
+cdef tuple _stream_arguments(tuple args, dict kwargs):
+    """``(device, nonblocking, priority)`` from Stream()'s arguments, checked without the driver:
+    one positional argument at most, no unknown keyword, a priority that is an int (never a bool)."""
+    if len(args) > 1:
+        raise ArgumentTypeError(f"Stream() takes the device as its only positional argument (nonblocking= and "
+                                f"priority= are keywords), got {len(args)} positional arguments")
+    if args and "device" in kwargs:
+        raise ArgumentTypeError("Stream() got the device twice: positionally and as device=")
+    device = args[0] if args else kwargs.pop("device", None)
+    nonblocking = kwargs.pop("nonblocking", True)
+    priority = kwargs.pop("priority", 0)
+    if kwargs:
+        names = ", ".join(repr(k) for k in kwargs)
+        raise ArgumentTypeError(f"Stream() got an unexpected keyword argument{'s' if len(kwargs) > 1 else ''} "
+                                f"{names}; it takes device, nonblocking= and priority=")
+    if isinstance(priority, bool) or type(priority).__module__ == "numpy" and type(priority).__name__ in (
+            "bool", "bool_"):
+        raise ArgumentTypeError(f"Stream: priority must be an int (lower numbers are higher priority, 0 is the "
+                                f"default), got the bool {priority!r}")
+    try:
+        priority = operator.index(priority)
+    except TypeError:
+        raise ArgumentTypeError(f"Stream: priority must be an int (lower numbers are higher priority, 0 is the "
+                                f"default), got {type(priority).__name__} {_short_repr(priority)}") from None
+    return device, bool(nonblocking), priority
+
+
+cdef tuple _priority_range(Device dev):
+    """``(least, greatest)`` stream priority of ``dev``'s context (``cuCtxGetStreamPriorityRange``)."""
+    cdef int least = 0, greatest = 0
+    dev.activate()
+    check(driver().p_cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange")
+    return least, greatest
+
+
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
 @cython.no_gc_clear
 cdef class Stream:
-    """An owned CUDA stream (``cuStreamCreate`` with ``CU_STREAM_NON_BLOCKING``).
+    """An owned CUDA stream (``cuStreamCreateWithPriority``, with ``CU_STREAM_NON_BLOCKING`` by default).
 
     Parameters
     ----------
     device : Device or int, optional
         Device whose primary context owns the stream; the current device by default.
+    nonblocking : bool, keyword-only
+        True (default): the stream never synchronises with the legacy NULL
+        stream (``CU_STREAM_NON_BLOCKING``). False: a blocking stream.
+    priority : int, keyword-only
+        The stream's scheduling priority. Lower numbers are higher priority in
+        CUDA: 0 is the default (the lowest priority on current GPUs) and the
+        highest is negative (e.g. -5; :meth:`priority_range` gives the
+        device's range). Pending work of a higher-priority stream is
+        scheduled first.
+
+    Raises
+    ------
+    ArgumentTypeError
+        A priority that is not an int (a bool included), more than one
+        positional argument, or an unknown keyword; checked before any
+        driver call.
+    ArgumentValueError
+        A priority outside the device's range (``cuCtxGetStreamPriorityRange``),
+        which the driver would silently clamp; the message gives the range.
 
     Work on a non-blocking stream never synchronises with the legacy NULL stream,
     and the stream can be captured into a graph. ``close()`` (or leaving a
@@ -201,22 +269,47 @@ cdef class Stream:
     Supports the ``__cuda_stream__`` protocol.
     """
 
-    def __cinit__(self, device=None, *, bint nonblocking=True, _create=True):
+    def __cinit__(self, *args, **kwargs):
         self._handle = NULL
         self._owned = False
         self._closed = False
         self._final = NULL
         self._last_use = NULL
         self._capture = None
-        if not _create:
-            return
+        if len(args) == 1 and args[0] is _WRAP and not kwargs:
+            return     # from_handle: no stream of our own
+        device, nonblocking, priority = _stream_arguments(args, kwargs)
         cdef Device dev = as_device(device)
         cdef pycudadrv_driver_api* d = driver()
-        dev.activate()
-        check(d.p_cuStreamCreate(&self._handle, CU_STREAM_NON_BLOCKING if nonblocking else 0),
-              "cuStreamCreate")
+        least, greatest = _priority_range(dev)       # activates dev's context
+        if not greatest <= priority <= least:
+            raise ArgumentValueError(f"Stream: priority {priority} is outside the range of device {dev.ordinal}: "
+                                     f"{greatest} (highest) to {least} (lowest); lower numbers are higher "
+                                     "priority in CUDA, 0 is the default")
+        check(d.p_cuStreamCreateWithPriority(&self._handle, CU_STREAM_NON_BLOCKING if nonblocking else 0,
+                                             <int>priority), "cuStreamCreateWithPriority")
         self.device = dev
         self._owned = True
+
+    @staticmethod
+    def priority_range(device=None):
+        """``(least, greatest)``: the lowest and the highest stream priority of
+        ``device`` (the current one by default), as CUDA numbers them, e.g.
+        ``(0, -5)``: lower numbers are higher priority, so ``greatest`` is the
+        most negative; both are 0 where the device has no priorities
+        (``cuCtxGetStreamPriorityRange``)."""
+        return _priority_range(as_device(device))
+
+    @property
+    def priority(self):
+        """The stream's priority as the driver has it (``cuStreamGetPriority``):
+        an int, lower numbers higher priority, 0 the default. Raises
+        ClosedError after :meth:`close`."""
+        self.ensure_open()
+        cdef int p = 0
+        self.device.activate()
+        check(driver().p_cuStreamGetPriority(self._handle, &p), "cuStreamGetPriority")
+        return p
 
     @staticmethod
     def from_handle(handle, device=None, owner=None):
@@ -230,7 +323,7 @@ cdef class Stream:
         Raises ArgumentTypeError when ``handle`` is none of these, and
         ArgumentValueError for a handle outside ``[0, 2**64)``.
         """
-        cdef Stream s = Stream.__new__(Stream, _create=False)
+        cdef Stream s = Stream.__new__(Stream, _WRAP)
         raw = handle
         if hasattr(handle, "__cuda_stream__"):
             raw = handle.__cuda_stream__()[1]

@@ -31,6 +31,18 @@ def _bool(v: Any, what: str, who: str) -> bool:
     raise ArgumentTypeError(f"{who}: {what} must be True or False, got {v!r}")
 
 
+def _relocatable(opts: tuple[str, ...] | list[str]) -> bool:
+    """Whether NVRTC ``opts`` ask for relocatable device code (the last ``-rdc=`` wins; ``-dc`` implies it):
+    device functions without a kernel are then meant for the linker."""
+    rdc = False
+    for o in opts:
+        if o in ("-dc", "--device-c"):
+            rdc = True
+        elif o.startswith(("-rdc=", "--relocatable-device-code=")):
+            rdc = o.split("=", 1)[1] == "true"
+    return rdc
+
+
 def _strings(v: Any, what: str, split: bool = False, who: str = "compile") -> tuple[str, ...]:
     if v is None:              # as headers=None: nothing given
         return ()

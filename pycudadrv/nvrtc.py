@@ -17,6 +17,7 @@ import json
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pycudadrv import _compile_cache
 from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
 from pycudadrv._paths import cuda_include_candidates
-from pycudadrv._textargs import _bool, _encodable, _strings
+from pycudadrv._textargs import _bool, _encodable, _relocatable, _strings
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
                                NvrtcUnavailableError)
 
@@ -325,6 +326,8 @@ def _cancel_running() -> None:
 #: An architecture as compile() takes it: sm_ or compute_, ASCII digits, at most one variant letter
 #: ('a': architecture-specific features, 'f': family-specific features).
 _ARCH = re.compile(r"(sm|compute)_([0-9]+)([af]?)", re.ASCII)
+#: A kernel entry point in PTX: ``.entry name`` outside a ``//`` comment.
+_PTX_ENTRY = re.compile(r"^[^/\n]*\.entry\s+[A-Za-z_$%]", re.M)
 #: The oldest architecture with each variant (CUDA 12.0: sm_90a; CUDA 12.9: sm_100f); NVRTC refuses the others.
 _VARIANT_FROM = {"a": 90, "f": 100}
 
@@ -406,15 +409,17 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         CUDA C++ source text. Kernels meant to be found by name should be
         ``extern "C"``; templates go through ``name_expressions``.
     target : {"cubin", "ptx", "fatbin", "ltoir"}, optional
-        ``"cubin"`` (the default for one ``arch``): machine code for one
-        architecture (loads on a driver older than NVRTC). ``"ptx"``: text the
-        driver JIT-compiles (it must be at least as new as NVRTC).
+        ``"cubin"`` (the default for one real ``arch``, ``"sm_XX"``): machine
+        code for one architecture (loads on a driver older than NVRTC).
+        ``"ptx"`` (the default for a virtual ``arch``, ``"compute_XX"``): text
+        the driver JIT-compiles (it must be at least as new as NVRTC).
         ``"fatbin"`` (the default when ``arch`` is a list): a CUBIN per
         architecture plus the PTX of the newest, as ``nvcc -gencode`` makes
         (assembled with nvFatbin); the driver picks the best match at load.
         ``"ltoir"``: LTO-IR (NVRTC ``-dlto``) for :class:`pycudadrv.link.Linker`.
     arch : str or list of str, optional
-        ``"sm_90"`` style (or ``90``; ``"compute_90"`` for PTX), ASCII
+        ``"sm_90"`` style (or ``90``; a virtual ``"compute_90"`` gives PTX
+        for that virtual architecture, and a CUBIN of it is refused), ASCII
         digits with at most one variant letter: ``"sm_90a"``
         (architecture-specific, sm_90 and newer) or ``"sm_100f"``
         (family-specific, sm_100 and newer); a list gives a fatbin. Defaults to the
@@ -459,11 +464,22 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         NVRTC does not support or a variant it lacks (``"sm_75a"``; the
         message lists the supported ones), text with a lone surrogate
         (``"\\ud800"``, which UTF-8 cannot encode; the message gives its
-        index, line and column), or a ``use_cache`` that is not a bool.
+        index, line and column), a ``use_cache`` that is not a bool, or
+        ``target="cubin"`` with a virtual ``"compute_XX"`` arch (a CUBIN
+        needs ``"sm_XX"``).
     KeyboardInterrupt
         Ctrl-C while NVRTC runs (in worker threads): raised at once; the
         workers are asked to cancel (``nvrtcSetFlowCallback``) and finish in
         the background.
+
+    Warns
+    -----
+    RuntimeWarning
+        The CUBIN, PTX or fatbin defines no kernel (its PTX has no
+        ``.entry``), naming the file (``name``): its module would have
+        nothing to launch. LTO-IR and relocatable device code
+        (``-rdc=true``, ``-dc``), which hold device functions for the
+        linker, never warn.
     """
     if target is not None and target not in ("cubin", "ptx", "fatbin", "ltoir"):
         raise ArgumentValueError(f"target must be 'cubin', 'ptx', 'fatbin' or 'ltoir', got {target!r}")
@@ -533,11 +549,21 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
     objs = [f for f in found if f is not None]
     for o in objs:
         o.source_decls = decls      # read now, never a cache entry's: an older reader's may be wrong
+    if piece_target != "ltoir" and not _relocatable(opts_in) and not any(_ptx_has_entry(o.ptx) for o in objs):
+        warnings.warn(f"compile: {name} defines no kernel (no __global__ function: its PTX has no .entry), so "
+                      "its module has nothing to launch (a template kernel is emitted only for its "
+                      "name_expressions). Device functions meant for linking: compile them with target='ltoir' or "
+                      "options=['-rdc=true']", RuntimeWarning, stacklevel=2)
     if tgt != "fatbin":
         return objs[0]
     from pycudadrv.link import _fatbin_object
 
     return _fatbin_object(objs, name)
+
+
+def _ptx_has_entry(ptx: str | None) -> bool:
+    """Whether PTX text declares a kernel entry point (``.entry`` outside a comment; True without PTX)."""
+    return ptx is None or _PTX_ENTRY.search(ptx) is not None
 
 
 def _resolve_archs(arch: str | int | Sequence[str | int] | None, target: str | None) -> tuple[list[str], str]:
@@ -558,7 +584,15 @@ def _resolve_archs(arch: str | int | Sequence[str | int] | None, target: str | N
             arch = _default_arch()
         except CudaError as e:
             raise _no_gpu_arch(e) from e
-    return [_parse_arch(arch)], target or "cubin"
+    a = _parse_arch(arch)
+    if a.startswith("compute_"):   # a virtual architecture: its code is PTX
+        if target is None:
+            return [a], "ptx"
+        if target == "cubin":
+            raise ArgumentValueError(f"compile: arch={arch!r} is a virtual architecture, which has no machine code: "
+                                     f"a CUBIN needs a real one (arch='sm_{a.split('_', 1)[1]}'); for PTX of "
+                                     f"{a} leave target out or give target='ptx'")
+    return [a], target or "cubin"
 
 
 def _default_arch() -> str:

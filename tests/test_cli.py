@@ -1,6 +1,9 @@
-"""``python -m pycudadrv``'s arguments are checked before the GPU is, and an unbuilt checkout that
-would borrow another installation's compiled extensions refuses to import (CPU)."""
+"""``python -m pycudadrv``'s arguments are checked before the GPU is, its help is plain text, a run
+without CUDA ends with one line pointing to ``--info`` (as README.md shows, beside its two set-up
+commands), and an unbuilt checkout that would borrow another installation's compiled extensions
+refuses to import (CPU)."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,7 +48,29 @@ def test_arguments_in_range_reach_the_gpu_check(capsys, monkeypatch):
 
     monkeypatch.setattr(cd, "require", no_driver)
     assert cli.main(["--size", "3", "--steps", "1"]) == 1
-    assert capsys.readouterr().err == "pycudadrv: CUDA unavailable: no driver on this test machine\n"
+    assert capsys.readouterr().err == ("pycudadrv: CUDA unavailable: no driver on this test machine. For what "
+                                       "pycudadrv found (driver, devices, NVRTC, environment): python -m "
+                                       "pycudadrv --info\n")
+
+
+def test_a_driver_without_devices_ends_with_the_same_pointer_to_info(capsys, monkeypatch):
+    monkeypatch.setattr(cd, "require", lambda: None)
+    monkeypatch.setattr(cd, "device_count", lambda: 0)
+    assert cli.main([]) == 1
+    assert capsys.readouterr().err == ("pycudadrv: CUDA unavailable: the driver reports no device. For what "
+                                       "pycudadrv found (driver, devices, NVRTC, environment): python -m "
+                                       "pycudadrv --info\n")
+
+
+def test_the_help_is_plain_text_without_rst_markup(capsys):
+    with pytest.raises(SystemExit) as ei:
+        cli.main(["--help"])
+    assert ei.value.code == 0
+    out = capsys.readouterr().out
+    assert "\npython -m pycudadrv: the driver, the devices, and a real workload.\n" in out
+    assert "CUDA C++ compiled with pycudadrv.compile(), checks" in out
+    assert "python -m pycudadrv --info prints the report of\npycudadrv.show_config instead" in out
+    assert "`" not in out and ":func:" not in out
 
 
 def test_an_unbuilt_tree_that_would_borrow_another_trees_extensions_refuses_to_import(tmp_path):
@@ -81,3 +106,29 @@ def test_an_unbuilt_tree_that_would_borrow_another_trees_extensions_refuses_to_i
                                f"not beside this package's Python files in {os.path.realpath(clone)}: this "
                                "source tree was never built"), r.stdout
     assert "python -m pip install -e ." in r.stdout
+
+
+# --- what README.md says about the two set-up commands ------------------------------------------------
+
+def _readme_setup():
+    readme = os.path.join(os.path.dirname(PKG), "README.md")
+    if not os.path.isfile(readme):
+        pytest.skip("README.md is not beside the package (run the tests from a checkout)")
+    text = open(readme, encoding="utf-8").read()
+    return text.split("## Set up on a fresh machine", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_sets_up_in_two_commands_the_first_making_the_virtual_environment():
+    commands = re.findall(r"^```sh\n(.*?)\n```", _readme_setup(), re.S | re.M)
+    assert commands == [
+        'python3 -m venv .venv && . .venv/bin/activate && python -m pip install -e ".[nvrtc]" && python -m pycudadrv',
+        'python -m pip install -e ".[test]" && python -m pytest -rs',
+    ]
+    ci = os.path.join(os.path.dirname(PKG), ".ci", "run")
+    if os.path.isfile(ci):      # CI runs the README's test command as written
+        assert commands[1] in open(ci, encoding="utf-8").read().splitlines()
+
+
+def test_the_readme_quotes_the_line_the_main_job_ends_with_without_a_gpu():
+    (line,) = [ln for ln in _readme_setup().splitlines() if ln.startswith("pycudadrv: CUDA unavailable: ")]
+    assert line.endswith(". " + cli.INFO_HINT)

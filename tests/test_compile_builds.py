@@ -128,6 +128,63 @@ def test_arch_lists_that_cannot_make_a_fatbin_are_refused():
         cd.compile(SAXPY, arch=[])
 
 
+def test_a_virtual_architecture_gives_ptx_for_that_virtual_architecture():
+    obj = cd.compile(SAXPY, arch="compute_80")
+    assert (obj.target, obj.arch, obj.options[0]) == ("ptx", "compute_80", "-arch=compute_80")
+    assert cd.image_kind(obj.image) == "ptx" and obj.image == obj.ptx.encode()
+    assert ".target sm_80\n" in obj.ptx and ".entry saxpy(" in obj.ptx
+    assert obj.image == cd.compile(SAXPY, arch="compute_80", target="ptx").image
+
+
+def test_a_cubin_for_a_virtual_architecture_is_refused_naming_the_real_one():
+    with pytest.raises(cd.ArgumentValueError) as ei:
+        cd.compile(SAXPY, arch="compute_90", target="cubin")
+    assert str(ei.value) == ("compile: arch='compute_90' is a virtual architecture, which has no machine code: a "
+                             "CUBIN needs a real one (arch='sm_90'); for PTX of compute_90 leave target out or give "
+                             "target='ptx'")
+
+
+def test_a_real_architecture_still_gives_a_cubin_by_default():
+    obj = cd.compile(SAXPY, arch="sm_80")
+    assert (obj.target, obj.arch, cd.image_kind(obj.image)) == ("cubin", "sm_80", "cubin")
+
+
+NO_KERNEL_WARNING = (r"compile: {name} defines no kernel \(no __global__ function: its PTX has no \.entry\), so its "
+                     r"module has nothing to launch")
+
+
+@pytest.mark.parametrize("target, arch", [("cubin", "sm_90"), ("ptx", "sm_90"), (None, "compute_90"),
+                                          pytest.param("fatbin", ["sm_80", "sm_90"], marks=needs_nvfatbin)])
+def test_a_compile_that_defines_no_kernel_warns_naming_the_file(target, arch):
+    with pytest.warns(RuntimeWarning, match=NO_KERNEL_WARNING.format(name=r"empty\.cu")):
+        obj = cd.compile("", arch=arch, target=target, name="empty.cu")
+    assert ".entry" not in obj.ptx
+
+
+def test_a_template_kernel_without_name_expressions_warns_that_it_was_not_emitted():
+    src = "template <typename T> __global__ void fill(T* p, T v) { p[threadIdx.x] = v; }"
+    with pytest.warns(RuntimeWarning, match=NO_KERNEL_WARNING.format(name=r"fill\.cu") + r".*name_expressions"):
+        cd.compile(src, arch="sm_90", name="fill.cu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cd.compile(src, arch="sm_90", name="fill.cu", name_expressions=("fill<float>",))
+
+
+@pytest.mark.parametrize("how", [dict(target="ltoir"), dict(options=["-rdc=true"]), dict(options=["-dc"])])
+def test_device_functions_compiled_for_linking_do_not_warn(how):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        obj = cd.compile(LTO_POLY, arch="sm_90", name="poly.cu", **how)
+    assert obj.target == how.get("target", "cubin")
+
+
+def test_a_cache_hit_without_a_kernel_warns_again(cache):
+    with pytest.warns(RuntimeWarning, match=NO_KERNEL_WARNING.format(name=r"kernel\.cu")):
+        cd.compile(LTO_POLY, arch="sm_90")
+    with pytest.warns(RuntimeWarning, match=NO_KERNEL_WARNING.format(name=r"kernel\.cu")):
+        assert cd.compile(LTO_POLY, arch="sm_90").from_cache
+
+
 def test_an_architecture_nvrtc_cannot_compile_for_lists_the_supported_ones():
     supported = cd.nvrtc_supported_archs()
     assert "sm_90" in supported and supported == sorted(supported, key=lambda a: int(a[3:]))

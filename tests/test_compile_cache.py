@@ -71,6 +71,21 @@ def test_corrupt_or_truncated_entries_are_recompiled_never_loaded(cache, damage)
     assert cd.compile(SRC, arch="sm_90").from_cache  # rewritten whole
 
 
+def test_a_valid_entry_copied_under_another_keys_name_is_recompiled_never_loaded(cache):
+    other_src = SRC.replace("= v", "= v * 4.0f")
+    other = cd.compile(other_src, arch="sm_90")
+    (other_entry,) = entries(cache)
+    mine = cd.compile(SRC, arch="sm_90")
+    (my_entry,) = set(entries(cache)) - {other_entry}
+    my_entry.write_bytes(other_entry.read_bytes())      # intact, checksum and all, but the other key's result
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                  # ignored as quietly as a corrupt entry
+        again = cd.compile(SRC, arch="sm_90")
+    assert not again.from_cache and again.image == mine.image != other.image
+    assert cd.compile(SRC, arch="sm_90").from_cache     # rewritten with its own key
+    assert cd.compile(other_src, arch="sm_90").from_cache
+
+
 def test_cache_can_be_disabled(cache, monkeypatch):
     monkeypatch.setenv("PYCUDADRV_CACHE", "0")
     assert nvrtc.cache_dir() is None
@@ -152,6 +167,28 @@ def test_a_cache_dir_that_names_no_directory_warns_once_and_uses_the_default(raw
         cd.compile(SRC.replace("= v", "= v - 1.0f"), arch="sm_90")     # no second warning
     assert list(tmp_path.iterdir()) == [tmp_path / "xdg"]                # no "   " or "~user" directory made
     assert len(list((tmp_path / "xdg" / "pycudadrv").glob("*.nvrtc"))) == 1
+
+
+def test_a_relative_cache_dir_is_resolved_once_and_warns_naming_the_absolute_directory(tmp_path, monkeypatch):
+    from pycudadrv import _compile_cache
+
+    monkeypatch.setattr(_compile_cache, "_relative_dirs", {})     # as in a fresh process
+    (tmp_path / "first").mkdir()
+    (tmp_path / "later").mkdir()
+    monkeypatch.chdir(tmp_path / "first")
+    monkeypatch.setenv("PYCUDADRV_CACHE_DIR", "rel/cache")
+    monkeypatch.delenv("PYCUDADRV_CACHE", raising=False)
+    used = tmp_path / "first" / "rel" / "cache"
+    with pytest.warns(RuntimeWarning, match=rf"PYCUDADRV_CACHE_DIR='rel/cache' is a relative path: the compile "
+                                            rf"cache uses '{used}' \(resolved against the working directory at "
+                                            r"its first use"):
+        assert not cd.compile(SRC, arch="sm_90").from_cache
+    monkeypatch.chdir(tmp_path / "later")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                              # warned once
+        assert nvrtc.cache_dir() == str(used)
+        assert cd.compile(SRC, arch="sm_90").from_cache             # the same directory, not later/rel/cache
+    assert len(entries(used)) == 1 and not (tmp_path / "later" / "rel").exists()
 
 
 def test_a_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):

@@ -72,7 +72,45 @@ def test_main_job_without_a_driver_prints_one_line_and_fails():
     r = _run_without_driver("import sys, pycudadrv.__main__ as m; sys.exit(m.main([]))")
     assert r.returncode == 1
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("pycudadrv: CUDA unavailable:")
+    assert len(lines) == 1 and lines[0].startswith("pycudadrv: CUDA unavailable: CUDA driver library not found")
+    assert lines[0].endswith(" For what pycudadrv found (driver, devices, NVRTC, environment): "
+                             "python -m pycudadrv --info")
+
+
+def test_stream_arguments_are_checked_before_the_driver_is_needed():
+    r = _run_without_driver("""
+        import numpy as np
+        import pycudadrv as cd
+        calls = [lambda: cd.Stream(priority=True), lambda: cd.Stream(priority=np.True_),
+                 lambda: cd.Stream(priority="high"), lambda: cd.Stream(priority=-1.0),
+                 lambda: cd.Stream(priority=None), lambda: cd.Stream(prio=-1),
+                 lambda: cd.Stream(prio=-1, flags=1), lambda: cd.Stream(0, True), lambda: cd.Stream(0, device=0)]
+        for call in calls:
+            try:
+                call()
+            except cd.ArgumentTypeError as e:
+                print(e)
+        try:
+            cd.Stream(priority=-1)
+        except cd.CudaUnavailableError:
+            print("a valid priority reaches the driver")
+    """)
+    assert r.returncode == 0, r.stderr
+    must_be_an_int = "Stream: priority must be an int (lower numbers are higher priority, 0 is the default), got"
+    assert r.stdout.splitlines() == [
+        f"{must_be_an_int} the bool True",
+        f"{must_be_an_int} the bool {np.True_!r}",
+        f"{must_be_an_int} str 'high'",
+        f"{must_be_an_int} float -1.0",
+        f"{must_be_an_int} NoneType None",
+        "Stream() got an unexpected keyword argument 'prio'; it takes device, nonblocking= and priority=",
+        "Stream() got an unexpected keyword arguments 'prio', 'flags'; it takes device, nonblocking= and priority=",
+        "Stream() takes the device as its only positional argument (nonblocking= and priority= are keywords), "
+        "got 2 positional arguments",
+        "Stream() got the device twice: positionally and as device=",
+        "a valid priority reaches the driver",
+    ]
+    assert "__cinit__" not in r.stdout + r.stderr
 
 
 def test_cuda_error_carries_code_name_description_and_call_and_pickles():

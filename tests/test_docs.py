@@ -19,7 +19,10 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,3 +184,31 @@ def test_page_runs_as_far_as_a_cpu_can(page):
         pytest.skip("a GPU is present: test_page_runs_on_a_gpu runs every block")
     ran, skipped = run_page(page, gpu=False)
     print(f"{page}: {len(ran)} blocks ran, {len(skipped)} skipped:\n  " + "\n  ".join(skipped))
+
+
+# --- the site ---------------------------------------------------------------------------------------
+
+def _setting(path: str, pattern: str) -> str:
+    _page_or_skip(path)
+    m = re.search(pattern, (ROOT / path).read_text(), re.M)
+    assert m is not None, f"{path} has no line matching {pattern!r}"
+    return m.group(1)
+
+
+def test_the_site_url_is_the_documentation_url_of_the_package():
+    site_url = _setting("mkdocs.yml", r"^site_url:\s*(\S+)\s*$")
+    assert site_url == _setting("pyproject.toml", r'^Documentation\s*=\s*"([^"]+)"\s*$')
+    assert site_url.startswith("https://") and site_url.endswith("/")
+
+
+def test_the_404_page_links_from_the_site_root_so_they_work_at_any_depth(tmp_path):
+    pytest.importorskip("mkdocs")
+    pytest.importorskip("material")
+    root = "/" + _setting("mkdocs.yml", r"^site_url:\s*(\S+)\s*$").split("://", 1)[1].partition("/")[2]
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert r.returncode == 0, r.stderr
+    links = re.findall(r'(?:href|src)="([^"#]+)"', (tmp_path / "site" / "404.html").read_text())
+    local = [u for u in links if not u.startswith(("http://", "https://", "mailto:", "data:"))]
+    assert local and all(u.startswith(root) for u in local), local

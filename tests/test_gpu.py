@@ -54,6 +54,54 @@ def test_default_stream_is_owned_nonblocking_and_shared():
     assert s is cd.Device(0).default_stream and s.handle != 0
 
 
+def test_stream_priority_range_is_cudas_numbering_with_the_default_0_inside():
+    least, greatest = cd.Stream.priority_range()
+    assert greatest <= 0 <= least          # lower numbers are higher priority; 0 is the default
+    assert cd.Stream.priority_range(cd.Device(0)) == (least, greatest)
+
+
+def test_a_stream_reports_the_priority_it_was_created_with():
+    least, greatest = cd.Stream.priority_range()
+    assert cd.Stream().priority == 0
+    assert cd.Device(0).default_stream.priority == 0
+    for p in sorted({least, greatest, (least + greatest) // 2}):
+        with cd.Stream(priority=p) as s:
+            assert s.priority == p
+    with cd.Stream(priority=np.int32(greatest), nonblocking=False) as s:
+        assert s.priority == greatest
+
+
+@pytest.mark.parametrize("outside", ["above", "below"])
+def test_a_priority_outside_the_range_is_refused_naming_the_range_not_clamped(outside):
+    least, greatest = cd.Stream.priority_range(0)
+    p = least + 1 if outside == "above" else greatest - 1
+    with pytest.raises(cd.ArgumentValueError) as ei:
+        cd.Stream(0, priority=p)
+    assert str(ei.value) == (f"Stream: priority {p} is outside the range of device 0: {greatest} (highest) to "
+                             f"{least} (lowest); lower numbers are higher priority in CUDA, 0 is the default")
+    with pytest.raises(cd.ArgumentValueError, match="is outside the range of device 0"):
+        cd.Stream(0, priority=2**70 if outside == "above" else -2**70)      # never truncated to a C int
+
+
+def test_a_priority_stream_is_closed_like_any_other():
+    s = cd.Stream(priority=cd.Stream.priority_range()[1])
+    s.close()
+    with pytest.raises(cd.ClosedError, match="stream is closed"):
+        s.priority
+
+
+def test_kernels_on_a_highest_priority_stream_match_numpy(saxpy_module, rng):
+    n = 50_001
+    x = rng.standard_normal(n).astype(np.float32)
+    y = rng.standard_normal(n).astype(np.float32)
+    a = float(rng.uniform(-3, 3))
+    with cd.Stream(priority=cd.Stream.priority_range()[1]) as s:
+        bx, by = cd.Buffer.from_numpy(x, stream=s), cd.Buffer.from_numpy(y, stream=s)
+        saxpy_module.function("saxpy").launch((n + 255) // 256, 256, by, bx, a, n, stream=s)
+        out = by.to_numpy(out=np.full(n, np.nan, np.float32), stream=s)
+    assert rel_err(out, a * x.astype(np.float64) + y) < 1e-6
+
+
 def test_buffer_round_trip_and_out(rng):
     a = rng.standard_normal(1000).astype(np.float32)
     b = cd.Buffer.from_numpy(a)

@@ -183,6 +183,13 @@ def test_set_launch_hook_takes_none_or_an_object_with_before_and_after(hook):
     (lambda: sig.parse_signature(5), cd.ArgumentTypeError, "got int 5"),
     (lambda: sig.parse_signature({"int": 1}), cd.ArgumentTypeError, "got dict"),
     (lambda: sig.parse_signature([np.generic]), cd.ArgumentValueError, "unknown parameter type"),
+    (lambda: sig.ptx_entries(b".entry k()"), cd.ArgumentTypeError,
+     "ptx_entries: ptx must be PTX text as a str; decode bytes first (ptx.decode()), got bytes b'.entry k()'"),
+    (lambda: sig.ptx_entries(None), cd.ArgumentTypeError, "ptx_entries: ptx must be PTX text as a str, got NoneType None"),
+    (lambda: sig.source_params(b"__global__ void k() {}"), cd.ArgumentTypeError,
+     "source_params: source must be CUDA C++ text as a str; decode bytes first (source.decode()), got bytes"),
+    (lambda: sig.source_params(None), cd.ArgumentTypeError,
+     "source_params: source must be CUDA C++ text as a str, got NoneType None"),
 ])
 def test_malformed_input_is_a_pycudadrv_error(call, error, says):
     with pytest.raises(error) as ei:

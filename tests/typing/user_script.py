@@ -37,6 +37,10 @@ def run(n: int = 1 << 20) -> NDArray[np.float32]:
     print(name, major, minor, dev.arch, dev.total_memory, dev.multiprocessor_count)
     saxpy = compile_saxpy()
     stream = cd.Stream()
+    least, greatest = cd.Stream.priority_range()
+    urgent = cd.Stream(priority=greatest)
+    priority: int = urgent.priority
+    print(least, priority)
     x = cd.Buffer.from_numpy(np.random.rand(n).astype(np.float32), stream=stream)
     y = cd.Buffer.zeros(n, np.float32, stream=stream)
     grid = (n + 255) // 256
