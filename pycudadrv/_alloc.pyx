@@ -11,7 +11,7 @@ from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
 from pycudadrv._stream cimport (Stream, Capture, CaptureWork, check_not_capturing, forbidding_capture, order_after,
-                                order_after_uses)
+                                order_after_uses, capture_info)
 from pycudadrv._ordering cimport ReadyEvent
 
 from pycudadrv._ordering import alloc_trace
@@ -107,9 +107,7 @@ cdef Allocation allocate(size_t nbytes, Device dev, Stream s, bint async_alloc):
 
 
 cdef bint _is_capturing(Stream s) except -1:
-    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
-    check(driver().p_cuStreamIsCapturing(s._handle, &st), "cuStreamIsCapturing")
-    return st != CU_STREAM_CAPTURE_STATUS_NONE
+    return capture_info(s, NULL, NULL) != CU_STREAM_CAPTURE_STATUS_NONE
 
 
 cdef Allocation foreign(CUdeviceptr ptr, size_t nbytes, Device dev, object keeper, ReadyEvent ready):

@@ -17,6 +17,8 @@ cdef class Device:
     # Make this device's primary context current on the calling thread (one
     # cuCtxGetCurrent; cuCtxSetCurrent only when it differs).
     cdef int activate(self) except -1
+    # (least, greatest) stream priority of the primary context (cuCtxGetStreamPriorityRange).
+    cdef tuple stream_priority_range(self)
     cdef int _attr(self, int attr) except? -1
 
 # The canonical Device object of an ordinal (created on first use).

@@ -246,6 +246,12 @@ cdef class Device:
             check(d.p_cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
         return 0
 
+    cdef tuple stream_priority_range(self):
+        cdef int least = 0, greatest = 0
+        self.activate()
+        check(driver().p_cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange")
+        return least, greatest
+
     def set_current(self):
         """Make this device's primary context current on the calling thread
         (``cuCtxSetCurrent``). Every pycudadrv call does this itself."""

@@ -244,3 +244,13 @@ class CudnnError(Error, RuntimeError):
 
     def __reduce__(self):
         return (type(self), (self.args[0], self.code, self.name, self.call))
+
+
+def short_repr(v: object, limit: int = 60) -> str:
+    """``repr(v)`` cut to ``limit`` characters, for error messages; never raises (a broken
+    ``__repr__``, an int too long to print)."""
+    try:
+        r = repr(v)
+    except Exception:  # noqa: BLE001 -- a message must never fail
+        return f"<{type(v).__name__} object>"
+    return r if len(r) <= limit else r[:limit] + "..."

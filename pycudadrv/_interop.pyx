@@ -6,7 +6,7 @@ from libc.stdint cimport uintptr_t, uint64_t
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, get_device, as_device
 from pycudadrv._driver cimport driver, check
-from pycudadrv._stream cimport Stream
+from pycudadrv._stream cimport Stream, capture_info
 from pycudadrv._ordering cimport ReadyEvent, ready_event
 from pycudadrv._alloc cimport Allocation, foreign
 from pycudadrv._memory cimport Buffer, buffer_over
@@ -15,17 +15,9 @@ from pycudadrv._dlpack cimport import_capsule
 import numpy as np
 from pycudadrv._dlpack import KDL_CUDA, KDL_CUDA_MANAGED
 from pycudadrv._env import foreign_sync_enabled
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, short_repr
 
 __all__ = ["asbuffer", "data_pointer"]
-
-
-cdef str _short(object v):
-    try:
-        r = repr(v)
-    except Exception:  # noqa: BLE001 -- a message must never fail
-        return f"<{type(v).__name__} object>"
-    return r if len(r) <= 60 else r[:60] + "..."
 
 
 cdef object read_cai(object obj):
@@ -41,7 +33,7 @@ cdef object cai_data_pointer(object cai):
         raise ArgumentValueError("its __cuda_array_interface__ has no valid 'data': (pointer, read_only)")
     ptr = data[0]
     if isinstance(ptr, bool) or not isinstance(ptr, int) or ptr < 0 or ptr >= 2**64:
-        raise ArgumentValueError(f"its __cuda_array_interface__ data pointer {_short(ptr)} is not an address")
+        raise ArgumentValueError(f"its __cuda_array_interface__ data pointer {short_repr(ptr)} is not an address")
     return ptr
 
 
@@ -57,28 +49,28 @@ cdef tuple cai_geometry(object cai):
     shape = cai.get("shape")
     if not isinstance(shape, (tuple, list)) or any(not _is_int(s) or s < 0 for s in shape):
         raise ArgumentValueError(f"its __cuda_array_interface__ 'shape' must be a tuple of non-negative ints, got "
-                                 f"{_short(shape)}")
+                                 f"{short_repr(shape)}")
     typestr = cai.get("typestr")
     if not isinstance(typestr, str):
         raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' must be a numpy type string such as "
-                                 f"'<f4', got {_short(typestr)}")
+                                 f"'<f4', got {short_repr(typestr)}")
     try:
         dt = np.dtype(typestr)
     except (TypeError, ValueError):
-        raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' {_short(typestr)} is not a numpy type "
+        raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' {short_repr(typestr)} is not a numpy type "
                                  "string") from None
     if dt.itemsize == 0 or dt.hasobject:
-        raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' {_short(typestr)} is not a type of "
+        raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' {short_repr(typestr)} is not a type of "
                                  "device data")
     strides = cai.get("strides")
     if strides is not None:
         if not isinstance(strides, (tuple, list)) or any(not _is_int(s) for s in strides):
             raise ArgumentValueError(f"its __cuda_array_interface__ 'strides' must be None or a tuple of ints "
-                                     f"(bytes), got {_short(strides)}")
+                                     f"(bytes), got {short_repr(strides)}")
         if len(strides) != len(shape):
-            raise ArgumentValueError(f"its __cuda_array_interface__ 'strides' {_short(tuple(strides))} has "
+            raise ArgumentValueError(f"its __cuda_array_interface__ 'strides' {short_repr(tuple(strides))} has "
                                      f"{len(strides)} entries for the {len(shape)}-dimensional shape "
-                                     f"{_short(tuple(shape))}")
+                                     f"{short_repr(tuple(shape))}")
         strides = tuple(int(s) for s in strides)
     return tuple(int(s) for s in shape), strides, dt
 
@@ -113,13 +105,9 @@ cdef Stream _sync_stream(Device dev):
 
 
 cdef bint _capturing(Stream s) except -1:
-    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
     if s._capture is not None:
         return True
-    if s._handle == NULL:
-        return False
-    check(driver().p_cuStreamIsCapturing(s._handle, &st), "cuStreamIsCapturing")
-    return st != CU_STREAM_CAPTURE_STATUS_NONE
+    return s._handle != NULL and capture_info(s, NULL, NULL) != CU_STREAM_CAPTURE_STATUS_NONE
 
 
 cdef object _cai_stream(object cai, object obj):
@@ -131,7 +119,7 @@ cdef object _cai_stream(object cai, object obj):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 < v < 2**64:
         raise ArgumentTypeError(f"{type(obj).__name__}: its __cuda_array_interface__ 'stream' must be None or a "
                                 f"CUstream handle (1: the legacy default stream, 2: per-thread; 0 is not allowed "
-                                f"by CAI v3), got {_short(v)}")
+                                f"by CAI v3), got {short_repr(v)}")
     return int(v)
 
 
@@ -180,7 +168,7 @@ cdef tuple _import_dlpack(object obj, object device, bint sync, Stream target, s
         try:
             dl_type, dl_id = int(dl_dev[0]), int(dl_dev[1])
         except (TypeError, ValueError, IndexError, OverflowError):
-            raise ArgumentTypeError(f"{who}: {type(obj).__name__}.__dlpack_device__() returned {_short(dl_dev)}, "
+            raise ArgumentTypeError(f"{who}: {type(obj).__name__}.__dlpack_device__() returned {short_repr(dl_dev)}, "
                                     "not (device_type, device_id)") from None
         if dl_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
             raise ArgumentTypeError(f"{who}: {type(obj).__name__} lives on DLPack device {(dl_type, dl_id)}, "

@@ -9,7 +9,7 @@ from pycudadrv._driver cimport driver, check, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
 from pycudadrv._stream cimport (Stream, Capture, captures_active, active_captures, forbidding_capture,
-                                destroy_handle, DESTROY_EVENT)
+                                destroy_handle, capture_info, DESTROY_EVENT)
 
 import os
 import sys
@@ -105,25 +105,14 @@ cdef ReadyEvent ready_event(CUstream producer, Device device):
 
 
 cdef Capture capture_of(Stream s):
-    cdef pycudadrv_driver_api* d
-    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
     cdef cuuint64_t cid = 0
-    cdef CUgraph g = NULL
-    cdef const CUgraphNode* deps = NULL
-    cdef const CUgraphEdgeData* edges = NULL
-    cdef size_t ndeps = 0
     cdef Capture c
     if s._capture is not None:
         return s._capture
     cdef list active = active_captures()
     if not active or s._handle == NULL:
         return None
-    d = driver()
-    if d.p_cuStreamGetCaptureInfo != NULL:
-        check(d.p_cuStreamGetCaptureInfo(s._handle, &st, &cid, &g, &deps, &edges, &ndeps), "cuStreamGetCaptureInfo")
-    else:
-        check(d.p_cuStreamIsCapturing(s._handle, &st), "cuStreamIsCapturing")
-    if st == CU_STREAM_CAPTURE_STATUS_NONE:
+    if capture_info(s, &cid, NULL) == CU_STREAM_CAPTURE_STATUS_NONE:
         return None
     for c in active:
         if cid != 0 and c.capture_id == cid:

@@ -67,6 +67,11 @@ cdef class Capture:
     cdef CUgraph end(self, bint discard) except? NULL
     cdef object last_node(self)
 
+# Whether `s` is capturing (cuStreamGetCaptureInfo, or cuStreamIsCapturing on an older driver); the
+# capture's id in cid[0] (0 when unknown) and the one node captured work depends on now (or NULL) in
+# last[0], for the pointers that are not NULL.
+cdef CUstreamCaptureStatus capture_info(Stream s, cuuint64_t* cid, CUgraphNode* last) except? -1
+
 # Begin a capture on `stream` (cuStreamBeginCapture, or ...ToGraph when target != NULL).
 cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target)
 # Whether any capture is in progress (one C test; the launch path asks before the slower checks).

@@ -9,12 +9,12 @@ from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, get_device, current_device, as_device
 
-import operator
 import os
 import sys
 import threading
 import traceback
 from pycudadrv._env import env_flag
+from pycudadrv._textargs import stream_arguments
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, StateError,
                                EventNotRecordedError)
 
@@ -190,50 +190,6 @@ def synchronize_context(device=None):
 cdef object _WRAP = object()
 
 
-cdef str _short_repr(object v):
-    """repr(v) cut to 60 characters; never raises."""
-    try:
-        r = repr(v)
-    except Exception:  # noqa -- a message must never fail
-        return f"<{type(v).__name__} object>"
-    return r if len(r) <= 60 else r[:60] + "..."
-
-
-cdef tuple _stream_arguments(tuple args, dict kwargs):
-    """``(device, nonblocking, priority)`` from Stream()'s arguments, checked without the driver:
-    one positional argument at most, no unknown keyword, a priority that is an int (never a bool)."""
-    if len(args) > 1:
-        raise ArgumentTypeError(f"Stream() takes the device as its only positional argument (nonblocking= and "
-                                f"priority= are keywords), got {len(args)} positional arguments")
-    if args and "device" in kwargs:
-        raise ArgumentTypeError("Stream() got the device twice: positionally and as device=")
-    device = args[0] if args else kwargs.pop("device", None)
-    nonblocking = kwargs.pop("nonblocking", True)
-    priority = kwargs.pop("priority", 0)
-    if kwargs:
-        names = ", ".join(repr(k) for k in kwargs)
-        raise ArgumentTypeError(f"Stream() got an unexpected keyword argument{'s' if len(kwargs) > 1 else ''} "
-                                f"{names}; it takes device, nonblocking= and priority=")
-    if isinstance(priority, bool) or type(priority).__module__ == "numpy" and type(priority).__name__ in (
-            "bool", "bool_"):
-        raise ArgumentTypeError(f"Stream: priority must be an int (lower numbers are higher priority, 0 is the "
-                                f"default), got the bool {priority!r}")
-    try:
-        priority = operator.index(priority)
-    except TypeError:
-        raise ArgumentTypeError(f"Stream: priority must be an int (lower numbers are higher priority, 0 is the "
-                                f"default), got {type(priority).__name__} {_short_repr(priority)}") from None
-    return device, bool(nonblocking), priority
-
-
-cdef tuple _priority_range(Device dev):
-    """``(least, greatest)`` stream priority of ``dev``'s context (``cuCtxGetStreamPriorityRange``)."""
-    cdef int least = 0, greatest = 0
-    dev.activate()
-    check(driver().p_cuCtxGetStreamPriorityRange(&least, &greatest), "cuCtxGetStreamPriorityRange")
-    return least, greatest
-
-
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
 @cython.no_gc_clear
 cdef class Stream:
@@ -278,10 +234,10 @@ cdef class Stream:
         self._capture = None
         if len(args) == 1 and args[0] is _WRAP and not kwargs:
             return     # from_handle: no stream of our own
-        device, nonblocking, priority = _stream_arguments(args, kwargs)
+        device, nonblocking, priority = stream_arguments(args, kwargs)
         cdef Device dev = as_device(device)
         cdef pycudadrv_driver_api* d = driver()
-        least, greatest = _priority_range(dev)       # activates dev's context
+        least, greatest = dev.stream_priority_range()       # activates dev's context
         if not greatest <= priority <= least:
             raise ArgumentValueError(f"Stream: priority {priority} is outside the range of device {dev.ordinal}: "
                                      f"{greatest} (highest) to {least} (lowest); lower numbers are higher "
@@ -298,7 +254,7 @@ cdef class Stream:
         ``(0, -5)``: lower numbers are higher priority, so ``greatest`` is the
         most negative; both are 0 where the device has no priorities
         (``cuCtxGetStreamPriorityRange``)."""
-        return _priority_range(as_device(device))
+        return as_device(device).stream_priority_range()
 
     @property
     def priority(self):
@@ -593,17 +549,28 @@ cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target):
 
 
 cdef unsigned long long _capture_id(Stream s) except? 0:
+    cdef cuuint64_t cid = 0
+    capture_info(s, &cid, NULL)
+    return cid
+
+
+cdef CUstreamCaptureStatus capture_info(Stream s, cuuint64_t* cid, CUgraphNode* last) except? -1:
     cdef pycudadrv_driver_api* d = driver()
     cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
-    cdef cuuint64_t cid = 0
+    cdef cuuint64_t id_ = 0
     cdef CUgraph g = NULL
     cdef const CUgraphNode* deps = NULL
     cdef const CUgraphEdgeData* edges = NULL
     cdef size_t ndeps = 0
     if d.p_cuStreamGetCaptureInfo == NULL:
-        return 0
-    check(d.p_cuStreamGetCaptureInfo(s._handle, &st, &cid, &g, &deps, &edges, &ndeps), "cuStreamGetCaptureInfo")
-    return cid
+        check(d.p_cuStreamIsCapturing(s._handle, &st), "cuStreamIsCapturing")
+    else:
+        check(d.p_cuStreamGetCaptureInfo(s._handle, &st, &id_, &g, &deps, &edges, &ndeps), "cuStreamGetCaptureInfo")
+    if cid != NULL:
+        cid[0] = id_
+    if last != NULL:
+        last[0] = <CUgraphNode>deps[0] if ndeps == 1 else NULL
+    return st
 
 
 cdef class CaptureWork:
@@ -633,18 +600,9 @@ cdef class Capture:
 
     cdef object last_node(self):
         """The node the next captured work depends on when there is exactly one, as int."""
-        cdef pycudadrv_driver_api* d = driver()
-        cdef CUstreamCaptureStatus status
-        cdef cuuint64_t cid = 0
-        cdef CUgraph g = NULL
-        cdef const CUgraphNode* deps = NULL
-        cdef const CUgraphEdgeData* edges = NULL
-        cdef size_t ndeps = 0
-        if d.p_cuStreamGetCaptureInfo == NULL:
-            return None
-        check(d.p_cuStreamGetCaptureInfo(self.stream._handle, &status, &cid, &g, &deps, &edges, &ndeps),
-              "cuStreamGetCaptureInfo")
-        return <uintptr_t>deps[0] if ndeps == 1 else None
+        cdef CUgraphNode last = NULL
+        capture_info(self.stream, NULL, &last)
+        return <uintptr_t>last if last != NULL else None
 
     cdef int on_launch(self, object fn, const unsigned int* grid, const unsigned int* block, unsigned int shmem,
                        tuple args, CUgraphDeviceNode devnode) except -1:

@@ -1,13 +1,14 @@
-"""Checks of the text arguments that compile(), the Linker and build_fatbin take
-(options, include paths, name expressions, switches): one rule and one message
-for each, before any library sees them. Pure Python."""
+"""Checks of the arguments that compile(), the Linker, build_fatbin and Stream()
+take (options, include paths, name expressions, switches, a stream's priority): one
+rule and one message for each, before any library sees them. Pure Python."""
 from __future__ import annotations
 
+import operator
 import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, short_repr
 
 __all__: list[str] = []
 
@@ -70,3 +71,30 @@ def _strings(v: Any, what: str, split: bool = False, who: str = "compile") -> tu
             raise ArgumentTypeError(f"{who}: {what} must be strings without NUL bytes, got {s!r}")
         _encodable(s, f"{what} entry {s!r}", who)
     return out
+
+
+def stream_arguments(args: tuple, kwargs: dict) -> tuple:
+    """``(device, nonblocking, priority)`` from Stream()'s arguments, checked without the driver:
+    one positional argument at most, no unknown keyword, a priority that is an int (never a bool)."""
+    if len(args) > 1:
+        raise ArgumentTypeError(f"Stream() takes the device as its only positional argument (nonblocking= and "
+                                f"priority= are keywords), got {len(args)} positional arguments")
+    if args and "device" in kwargs:
+        raise ArgumentTypeError("Stream() got the device twice: positionally and as device=")
+    device = args[0] if args else kwargs.pop("device", None)
+    nonblocking = kwargs.pop("nonblocking", True)
+    priority = kwargs.pop("priority", 0)
+    if kwargs:
+        names = ", ".join(repr(k) for k in kwargs)
+        raise ArgumentTypeError(f"Stream() got an unexpected keyword argument{'s' if len(kwargs) > 1 else ''} "
+                                f"{names}; it takes device, nonblocking= and priority=")
+    if isinstance(priority, bool) or type(priority).__module__ == "numpy" and type(priority).__name__ in (
+            "bool", "bool_"):
+        raise ArgumentTypeError(f"Stream: priority must be an int (lower numbers are higher priority, 0 is the "
+                                f"default), got the bool {priority!r}")
+    try:
+        priority = operator.index(priority)
+    except TypeError:
+        raise ArgumentTypeError(f"Stream: priority must be an int (lower numbers are higher priority, 0 is the "
+                                f"default), got {type(priority).__name__} {short_repr(priority)}") from None
+    return device, bool(nonblocking), priority
