@@ -398,11 +398,20 @@ class Subject:
             for ev in self.reads[k]:
                 s.wait(ev)
 
-    def _mark_all(self, s, touched):
+    def _mark_all(self, s, ops_or_slots):
+        """After a segment on `s`: its writes are the slots' last writes, its reads are reads (a later
+        writer on another stream must wait for them)."""
         ev = cd.Event(timing=False).record(s)
-        for k in touched:
+        if isinstance(ops_or_slots, set):
+            written, read = ops_or_slots, set()
+        else:
+            written = {op.dst for op in ops_or_slots}
+            read = {k for op in ops_or_slots for k in op.srcs} - written
+        for k in written:
             self.last_write[k] = ev
             self.reads[k] = []
+        for k in read:
+            self.reads[k].append(ev)
 
     def _graph(self, seg):
         s = self.streams[seg.stream]
@@ -412,7 +421,7 @@ class Subject:
                 self._launch_kernel(op, s, "generic")
         for _ in range(seg.repeat):
             g.launch()
-        self._mark_all(s, {op.dst for op in seg.ops})
+        self._mark_all(s, seg.ops)
         self._check_guards(s)
         self.keep.append(g)
 
@@ -423,7 +432,7 @@ class Subject:
             for op in seg.ops:
                 self._launch_kernel(op, s, "generic")
         lp.launch()
-        self._mark_all(s, {op.dst for op in seg.ops})
+        self._mark_all(s, seg.ops)
         self._check_guards(s)
         self.keep.append(lp)
 
@@ -441,7 +450,7 @@ class Subject:
                                          stream=s))
         seq = cd.LaunchSequence(ps)
         seq.launch(repeat=seg.repeat)
-        self._mark_all(s, {op.dst for op in seg.ops})
+        self._mark_all(s, seg.ops)
         self._check_guards(s)
         self.keep.append(seq)
 
@@ -485,7 +494,7 @@ class Subject:
                     await aio.launch(self.comb, g, 256, sl[op.dst].arg(), sl[op.srcs[0]].arg(), sl[op.srcs[1]].arg(),
                                      N, stream=s)
         asyncio.run(main())
-        self._mark_all(s, {op.dst for op in seg.ops})
+        self._mark_all(s, seg.ops)
         self._check_guards(s)
 
     def _foreign(self, seg):
@@ -524,6 +533,8 @@ class Subject:
             ev = cd.Event(timing=False).record(prod)
             self.last_write[first.dst] = None      # only pycudadrv's foreign ordering orders the readers now
             self.reads[first.dst] = []
+            if first.srcs[0] != first.dst:
+                self.reads[first.srcs[0]].append(ev)   # the producer read it: later writers wait
             for op in rest:
                 s = self.streams[seg.stream]
                 for k in op.srcs:
