@@ -50,6 +50,7 @@ cdef class Allocation(CaptureWork):
     # gone, so an exported CAI no longer delays it.
     cdef int request_free(self, bint raise_errors, bint in_dealloc) except -1
     cdef int free_now(self, bint raise_errors) except -1
+    cdef Capture _forbidding(self)
     # Closed from the outside (its module was unloaded): every view raises ClosedError naming why.
     cdef int invalidate(self, str why) except -1
     cdef int _update_attention(self) except -1

@@ -227,21 +227,28 @@ cdef class Allocation(CaptureWork):
         if self.born_in is not None and self.born_in._active:
             # Freed inside the graph that allocated it (a graph memory free node).
             return self.capture_ending(self.born_in, False)
-        fs = self.stream if self.async_alloc else None
-        if fs is not None and fs._closed:
-            fs = <Stream>self.device.default_stream
-        c = forbidding_capture(fs)
-        if c is None and self.users:
-            for u in self.users:
-                if u._capture is not None:
-                    c = u._capture
-                    break
+        c = self._forbidding()
         self._to_free = self.ptr
         self.ptr = 0
         if c is not None:
             c.defer(self)                 # freed when the capture ends, in the same order
             return 0
         return self.free_now(raise_errors)
+
+    cdef Capture _forbidding(self):
+        """The capture that forbids this allocation's free right now (it would record it, or the
+        driver would refuse it and invalidate the capture), or None."""
+        cdef Stream fs = self.stream if self.async_alloc else None
+        cdef Stream u
+        cdef Capture c
+        if fs is not None and fs._closed:
+            fs = <Stream>self.device.default_stream
+        c = forbidding_capture(fs)
+        if c is None and self.users:
+            for u in self.users:
+                if u._capture is not None:
+                    return u._capture
+        return c
 
     cdef int free_now(self, bint raise_errors) except -1:
         """The free itself: ``cuMemFreeAsync`` on the allocation stream (the device's
@@ -304,13 +311,25 @@ cdef class Allocation(CaptureWork):
         return self.free_now(False)
 
     def __dealloc__(self):
-        # Every Buffer, graph and capsule of it is gone. Its free normally ran already
-        # (the owning Buffer's close or __dealloc__); this is the safety net.
+        # Every Buffer, graph and capsule of it is gone, yet the memory is not freed: its holder (a
+        # graph) was in a garbage cycle whose lists the collector cleared, so no release came. Free it
+        # now, ordered as ever; while a capture forbids that, a successor record takes the pointer
+        # over and the capture frees it at its end.
+        cdef Allocation rec
+        cdef Capture c
         if self.owned and (self.ptr != 0 or self._to_free != 0) and self.device is not None:
             try:
                 if self._to_free == 0:
                     self._to_free, self.ptr = self.ptr, 0
-                self.free_now(False)
+                c = self._forbidding()
+                if c is not None:
+                    rec = _new(self.device, self.stream, self.nbytes)
+                    rec.owned, rec.async_alloc, rec.freed = True, self.async_alloc, True
+                    rec._to_free, rec.users = self._to_free, self.users
+                    self._to_free = 0
+                    c.defer(rec)
+                else:
+                    self.free_now(False)
             except Exception as e:
                 warn_dealloc_failure("Buffer", e)
 

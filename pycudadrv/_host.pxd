@@ -1,5 +1,6 @@
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device
+from pycudadrv._stream cimport Stream
 
 cdef class HostBuffer:
     cdef void* _ptr
@@ -16,3 +17,10 @@ cdef class HostBuffer:
 # (cuMemHostAlloc, cuMemHostRegister, another library's pinned allocator):
 # cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE) says host.
 cdef bint is_pinned(const void* ptr) except -1
+
+# Keep `obj` (host memory a copy on `s` reads or writes) alive until the work queued on
+# `s` so far has completed: an event recorded now, checked at later calls. Nothing while
+# `s` is captured (the capture holds what its copies use).
+cdef int keep_until_done(Stream s, object obj) except -1
+# Wait for every copy whose host memory is kept (keep_until_done), then let go of it all.
+cdef int drain_host_keeps() except -1

@@ -1,11 +1,13 @@
 # cython: language_level=3
-"""Page-locked (pinned) host memory."""
+"""Page-locked (pinned) host memory, and host memory of asynchronous copies kept alive until
+the copies have run."""
 cimport cython
 from libc.stdint cimport uintptr_t
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, as_device
+from pycudadrv._stream cimport Stream, captures_active, forbidding_capture
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, BufferInUseError, ClosedError
@@ -33,6 +35,73 @@ cdef int _free_host(void* p, bint raise_errors) except -1:
         check(r, "cuMemFreeHost")
     elif r != CUDA_SUCCESS:
         warn_dealloc_failure("HostBuffer", make_error(r, "cuMemFreeHost"))
+    return 0
+
+
+# Host memory kept alive until the copies that use it have run: (event handle, object), in call order.
+cdef list _host_keep = []
+cdef list _keep_events = []          # spare events (as ints) for the list above
+
+
+cdef int _prune_kept() except -1:
+    cdef pycudadrv_driver_api* d = driver()
+    cdef Py_ssize_t k = 0, scanned = 0
+    cdef CUresult r
+    limit = 8 if len(_host_keep) < 1024 else len(_host_keep)
+    while k < len(_host_keep) and scanned < limit:
+        ev = _host_keep[k][0]
+        scanned += 1
+        r = d.p_cuEventQuery(<CUevent><uintptr_t>ev)
+        if r == CUDA_ERROR_NOT_READY:
+            k += 1
+            continue
+        del _host_keep[k]            # done (or failed: the error surfaces at the next sync)
+        _keep_events.append(ev)
+    return 0
+
+
+cdef int keep_until_done(Stream s, object obj) except -1:
+    cdef pycudadrv_driver_api* d = driver()
+    cdef CUevent ev = NULL
+    if s._capture is not None or (captures_active() and forbidding_capture(s) is not None):
+        return 0
+    if _host_keep:
+        _prune_kept()
+    s.device.activate()
+    if _keep_events:
+        ev = <CUevent><uintptr_t>_keep_events.pop()
+    else:
+        check(d.p_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+    try:
+        check(d.p_cuEventRecord(ev, s._handle), "cuEventRecord")
+    except BaseException:
+        d.p_cuEventDestroy(ev)
+        raise
+    _host_keep.append((<uintptr_t>ev, obj))
+    return 0
+
+
+def _host_keep_count():
+    """How many host objects are kept alive for copies not yet seen complete (tests)."""
+    if _host_keep:
+        _prune_kept()
+    return len(_host_keep)
+
+
+cdef int drain_host_keeps() except -1:
+    """Wait (without the GIL) for every copy whose host memory is kept, then let go of it all:
+    HostBuffer.close() does this before refusing because views of it are alive."""
+    cdef pycudadrv_driver_api* d = driver()
+    cdef CUevent ev
+    cdef CUresult r
+    if captures_active() and forbidding_capture(None) is not None:
+        return 0                      # a capture forbids the waits; the views stay
+    while _host_keep:
+        ev = <CUevent><uintptr_t>_host_keep[0][0]
+        with nogil:
+            r = d.p_cuEventSynchronize(ev)
+        del _host_keep[0]              # done (a failure surfaces at the next synchronisation)
+        _keep_events.append(<uintptr_t>ev)
     return 0
 
 
@@ -194,6 +263,8 @@ cdef class HostBuffer:
         that copies from it holds one)."""
         if self._closed:
             return
+        if self._exports:
+            drain_host_keeps()         # copies pycudadrv keeps a view of it for: wait for them, let go
         if self._exports:
             raise BufferInUseError(f"HostBuffer.close(): {self._exports} numpy view(s) of it are still alive")
         self._closed = True

@@ -10,7 +10,7 @@ from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, get_device, as_device
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, check_not_capturing, forbidding_capture, order_after,
                                 order_after_uses)
-from pycudadrv._ordering cimport keep_until_done
+from pycudadrv._host cimport keep_until_done
 from pycudadrv._host cimport HostBuffer, is_pinned
 from pycudadrv._alloc cimport Allocation, allocate
 from pycudadrv._dlpack cimport export_capsule, check_export_request

@@ -22,8 +22,3 @@ cdef ReadyEvent ready_event(CUstream producer, Device device)
 # waiting on an event recorded inside it (a Queue's lanes); None when `s` is not capturing.
 # CaptureError when it captures into a capture pycudadrv did not begin.
 cdef Capture capture_of(Stream s)
-
-# Keep `obj` (host memory a copy on `s` reads or writes) alive until the work queued on
-# `s` so far has completed: an event recorded now, checked at later calls. Nothing while
-# `s` is captured (the capture holds what its copies use).
-cdef int keep_until_done(Stream s, object obj) except -1

@@ -1,8 +1,7 @@
 # cython: language_level=3
 """Ordering after work queued elsewhere: a producer's ready point (an event that
 consumers wait for, as an external event node inside a capture), the capture a
-stream is part of, host memory kept alive until the copies that use it have run,
-and the allocation trace of captures."""
+stream is part of, and the allocation trace of captures."""
 from libc.stdint cimport uintptr_t
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, warn_dealloc_failure
@@ -119,53 +118,3 @@ cdef Capture capture_of(Stream s):
             return c
     raise CaptureError(f"{s!r} is capturing into a graph pycudadrv did not begin (capture id {cid}); pycudadrv "
                        "cannot keep what that graph needs alive: begin the capture with stream.capture()")
-
-
-# Host memory kept alive until the copies that use it have run: (event handle, object), in call order.
-cdef list _host_keep = []
-cdef list _keep_events = []          # spare events (as ints) for the list above
-
-
-cdef int _prune_kept() except -1:
-    cdef pycudadrv_driver_api* d = driver()
-    cdef Py_ssize_t k = 0, scanned = 0
-    cdef CUresult r
-    limit = 8 if len(_host_keep) < 1024 else len(_host_keep)
-    while k < len(_host_keep) and scanned < limit:
-        ev = _host_keep[k][0]
-        scanned += 1
-        r = d.p_cuEventQuery(<CUevent><uintptr_t>ev)
-        if r == CUDA_ERROR_NOT_READY:
-            k += 1
-            continue
-        del _host_keep[k]            # done (or failed: the error surfaces at the next sync)
-        _keep_events.append(ev)
-    return 0
-
-
-cdef int keep_until_done(Stream s, object obj) except -1:
-    cdef pycudadrv_driver_api* d = driver()
-    cdef CUevent ev = NULL
-    if s._capture is not None or (captures_active() and forbidding_capture(s) is not None):
-        return 0
-    if _host_keep:
-        _prune_kept()
-    s.device.activate()
-    if _keep_events:
-        ev = <CUevent><uintptr_t>_keep_events.pop()
-    else:
-        check(d.p_cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate")
-    try:
-        check(d.p_cuEventRecord(ev, s._handle), "cuEventRecord")
-    except BaseException:
-        d.p_cuEventDestroy(ev)
-        raise
-    _host_keep.append((<uintptr_t>ev, obj))
-    return 0
-
-
-def _host_keep_count():
-    """How many host objects are kept alive for copies not yet seen complete (tests)."""
-    if _host_keep:
-        _prune_kept()
-    return len(_host_keep)

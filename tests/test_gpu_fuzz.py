@@ -57,7 +57,7 @@ def test_random_programs_match_their_eager_in_order_run_bit_for_bit(libs):
     base += 0 if libs == "wrappers" else 1_000_003
     extra = ["--no-libs"] if libs == "wrappers" else []
     r = subprocess.run([sys.executable, TOOL, "--base", str(base), "--programs", str(PROGRAMS), "--segments",
-                        str(SEGMENTS), "--progress", *extra], capture_output=True, text=True, timeout=220, env=_env())
+                        str(SEGMENTS), "--progress", "--hang-dump", "60", *extra], capture_output=True, text=True, timeout=220, env=_env())
     print(r.stdout[-4000:])
     if r.returncode not in (0, 1):
         started = re.findall(r"^seed (\d+) \.\.\.", r.stdout, re.M)

@@ -8,6 +8,7 @@
 Prints each failing seed; exits 1 if any program differed from its eager in-order run
 or overwrote a guard word. Needs a GPU."""
 import argparse
+import faulthandler
 import os
 import sys
 import time
@@ -24,6 +25,8 @@ def main() -> int:
     ap.add_argument("--segments", type=int, default=10)
     ap.add_argument("--no-libs", action="store_true", help="no PyTorch/CuPy slots (wrappers only)")
     ap.add_argument("--progress", action="store_true", help="print each seed as it starts (to name a crash)")
+    ap.add_argument("--hang-dump", type=float, default=0, metavar="S",
+                    help="a program still running after S seconds: print every thread's stack and exit")
     a = ap.parse_args()
     libs = () if a.no_libs else fz.available_libs()
     base = a.base if a.base is not None else int.from_bytes(os.urandom(4), "little")
@@ -34,6 +37,8 @@ def main() -> int:
     for seed in seeds:
         if a.progress:
             print(f"seed {seed} ...", flush=True)
+        if a.hang_dump:
+            faulthandler.dump_traceback_later(a.hang_dump, exit=True)
         n, bad, guard = fz.run_program(seed, a.segments, libs)
         steps += n
         if bad or guard is not None:
