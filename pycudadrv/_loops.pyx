@@ -173,7 +173,7 @@ cdef class DeviceLoop(CapturedGraph):
     Made by ``with stream.loop(times=N) as loop:`` (the body runs N times) or
     ``with stream.loop(until=when(buf, "<", tol), max_iterations=M) as loop:``
     (the body runs until the condition holds at the end of an iteration, at
-    most M times, at least once). After the block, ``loop.launch()`` runs the
+    most M times, at least once unless M is 0). After the block, ``loop.launch()`` runs the
     whole loop with one ``cuGraphLaunch``; ``loop.iterations`` and
     ``loop.converged`` tell (reading a device word: they synchronize the loop's
     stream) how many iterations the last launch made and whether the condition
