@@ -119,13 +119,16 @@ class Condition:
             raise ArgumentTypeError("when(): the buffer has no dtype; make a typed view with buffer.view(dtype)")
         if dt.name not in LOOP_DTYPES:
             raise ArgumentTypeError(f"when(): the condition kernel compares {sorted(LOOP_DTYPES)}, not {dt}")
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)) or index < 0:
             raise ArgumentValueError(f"when(): index must be a non-negative int, got {index!r}")
+        index = int(index)            # numpy integers would wrap in the bound check below
         if buffer.closed:
             raise ClosedError("when(): the condition buffer is closed")
         if (index + 1) * dt.itemsize > buffer.nbytes:
             raise ArgumentValueError(f"when(): element {index} of {dt} is beyond the condition buffer of "
                                      f"{buffer.nbytes} bytes")
+        if np.ndim(threshold) != 0:
+            raise ArgumentValueError(f"when(): threshold must be one number, got {threshold!r:.60}")
         try:
             with np.errstate(over="raise", invalid="raise"):
                 thr = np.array(threshold).astype(dt, casting="same_kind" if dt.kind == "f" else "unsafe")[()]
@@ -335,6 +338,9 @@ cdef class DeviceLoop(CapturedGraph):
             fn.launch(1, 1, np.uint64(self._cond), self._state, np.uint32(self.max_iterations), value,
                       cond.threshold, stream=self._stream)
             c.hold(cond.buffer)
+        # The condition kernel is the loop's own: not a launch set_kernel_args may rewrite (its handle, its
+        # state and its bound are what keeps the loop finite), nor one num_kernels counts.
+        c.kernels.pop()
         return 0
 
     def _state_words(self):

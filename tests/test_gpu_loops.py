@@ -163,6 +163,26 @@ def test_loop_bad_input_is_refused_before_anything_is_built(mod):
         cd.when(closed, "<", 0.0)
     with pytest.raises(cd.ArgumentValueError, match="not representable"):
         cd.when(cd.Buffer.empty(1, np.int32), "<", 2**40)
+    # A numpy index must not wrap in the bound check; a bool is not an index; a threshold is one number.
+    with pytest.raises(cd.ArgumentValueError, match="beyond the condition buffer"):
+        cd.when(v, "<", 0.0, index=np.uint8(255))
+    with pytest.raises(cd.ArgumentValueError, match="non-negative int"):
+        cd.when(v, "<", 0.0, index=np.bool_(False))
+    with pytest.raises(cd.ArgumentValueError, match="one number"):
+        cd.when(v, "<", [0.0, 1.0])
+
+
+def test_the_condition_kernel_is_not_one_of_the_loops_kernel_launches(mod):
+    s = cd.Stream()
+    v = cd.Buffer.from_numpy(np.array([10.0], np.float32), stream=s)
+    with s.loop(until=cd.when(v, "<", 3.5), max_iterations=100) as loop:
+        mod.function("count_down").launch(1, 1, v, 1.0, stream=s)
+    # Only the body's launch is the user's to rewrite: the condition kernel's bound keeps the loop finite.
+    assert loop.num_kernels == 1
+    with pytest.raises(cd.ArgumentIndexError, match="1 captured kernel launches"):
+        loop.set_kernel_arg(1, 2, np.uint32(0))
+    loop.launch()
+    assert float(v.to_numpy(stream=s)[0]) == 3.0 and loop.iterations == 7
 
 
 def test_a_loop_body_that_allocates_synchronizes_or_uses_another_stream_is_refused(mod):
