@@ -10,6 +10,7 @@ cdef class CapturedGraph:
     cdef Capture _capture            # while the `with` block runs
     cdef list _held                  # objects the graph keeps alive
     cdef list _kernels               # per captured launch: (node, fn, grid, block, shmem, args, devnode)
+    cdef tuple _module_lives         # the Lifetimes of the modules its kernels come from (one per module)
     cdef list _roots                 # Allocations whose frees wait until the graph is closed
     cdef list _launch_streams        # streams it was launched on (frees of held memory wait for them)
     cdef Stream _last_launch
@@ -20,6 +21,8 @@ cdef class CapturedGraph:
     cdef int _n_nodes
 
     cdef int _ready(self) except -1
+    # Raises ClosedError when a module of one of its kernels was unloaded since the capture.
+    cdef int _check_modules(self) except -1
     # Take over an ended capture's graph: hold its buffers, run the after-end
     # hooks, instantiate (and upload). `g` is owned from here on.
     cdef int adopt(self, CUgraph g, Capture c) except -1

@@ -6,7 +6,7 @@ from libc.stdint cimport uintptr_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memset
 from pycudadrv._cuda cimport *
-from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
+from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport (Stream, Capture, begin_capture, resolve_stream, destroy_handle, DESTROY_GRAPH,
@@ -16,11 +16,12 @@ from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, pycudadrv_arena,
                                  pycudadrv_arena_init, pycudadrv_arena_release)
 from pycudadrv._launch cimport Function, launch_releases_gil
+from pycudadrv._kernel cimport KernelBase
 
 import os
 import threading
 from pycudadrv._errors import (ArgumentIndexError, ArgumentTypeError, ArgumentValueError, GraphUpdateError,
-                               StateError, CudaError)
+                               StateError, CudaError, ClosedError)
 
 __all__ = ["CapturedGraph", "GraphUpdateError", "graph_memory_used"]
 
@@ -103,6 +104,7 @@ cdef class CapturedGraph:
         # Every field is set here, so a graph is never half made; what is given is checked
         # here too (DeviceLoop's own arguments come on top, for its __init__).
         self._held, self._kernels, self._roots, self._launch_streams, self._after_end = [], [], [], [], []
+        self._module_lives = ()
         stream = args[0] if args else kwargs.get("stream")
         mode = args[1] if len(args) > 1 else kwargs.get("mode", "thread_local")
         if not isinstance(stream, Stream):
@@ -148,6 +150,14 @@ cdef class CapturedGraph:
         self._graph = g
         self._held = list(c.held)
         self._kernels = list(c.kernels)
+        lives = []
+        for k in self._kernels:
+            fn = k[1]
+            if isinstance(fn, KernelBase) and (<KernelBase>fn)._module_life is not None:
+                life = (<KernelBase>fn)._module_life
+                if not any(life is other for other in lives):
+                    lives.append(life)
+        self._module_lives = tuple(lives)
         for obj in self._held:
             if isinstance(obj, Buffer):
                 _hold(self, (<Buffer>obj)._alloc)
@@ -197,13 +207,33 @@ cdef class CapturedGraph:
             raise StateError("graph is closed (or its capture failed)")
         if self._capture is not None or self._exec == NULL:
             raise StateError("graph is still being captured: launch it after the `with` block")
+        return self._check_modules()
+
+    cdef int _check_modules(self) except -1:
+        # The executable graph names its kernels' CUfunctions; once their module is unloaded
+        # those handles are dangling, so a replay is refused as a launch of the function is.
+        cdef Lifetime life
+        for obj in self._module_lives:
+            life = <Lifetime>obj
+            if life.ended:
+                names = sorted({k[1].name for k in self._kernels
+                                if isinstance(k[1], KernelBase) and (<KernelBase>k[1])._module_life is life})
+                raise ClosedError(f"{self!r}: the module of its kernel {', '.join(repr(n) for n in names)} was "
+                                  "unloaded (Module.unload()) after the capture; load the module again and "
+                                  "capture a new graph")
         return 0
 
     def launch(self, stream=None):
         """Replay the graph (``cuGraphLaunch``) on ``stream`` (default: the
-        capture stream). Asynchronous, like a kernel launch."""
+        capture stream). Asynchronous, like a kernel launch.
+
+        Raises StateError before the ``with`` block ended or after ``close()``;
+        ClosedError once the module of one of its kernels was unloaded
+        (``Module.unload()``), whose handles the graph would otherwise run."""
         if self._exec == NULL or self._closed:
             self._ready()
+        if self._module_lives:
+            self._check_modules()
         cdef Stream s = self._stream if stream is None else resolve_stream(stream, self._stream.device)
         cdef CUresult r
         cdef pycudadrv_driver_api* d = driver()

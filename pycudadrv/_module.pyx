@@ -403,8 +403,9 @@ cdef class Module:
 
     def unload(self):
         """Unload the module (``cuModuleUnload``) and drop it from the cache.
-        Its functions and globals become unusable (ClosedError). A second
-        call is a no-op."""
+        Its functions and globals become unusable (ClosedError), and so do
+        the graphs captured with its kernels (their ``launch()`` raises
+        ClosedError). A second call is a no-op."""
         if self._life.ended:
             return
         self._life.ended = True

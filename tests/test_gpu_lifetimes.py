@@ -96,6 +96,33 @@ def test_a_function_of_an_unloaded_module_refuses_to_launch(mod, rng):
     assert np.isnan(out.to_numpy()).all()
 
 
+def test_a_graph_or_device_loop_of_an_unloaded_module_refuses_to_replay(rng):
+    m = cd.compile(SRC + "\n// a module to unload under a graph\n").load()
+    fn = m.function("scale")
+    s = cd.Stream()
+    a = rng.standard_normal(256).astype(np.float32)
+    x = cd.Buffer.from_numpy(a, stream=s)
+    out = poisoned(256, stream=s)
+    with s.capture() as g:
+        fn.launch(1, 256, out, x, 2.0, 256, stream=s)
+    with s.loop(times=3) as loop:
+        fn.launch(1, 256, out, out, 2.0, 256, stream=s)
+    g.launch()
+    loop.launch()
+    np.testing.assert_allclose(out.to_numpy(stream=s), a.astype(np.float64) * 16.0, rtol=1e-6)
+    out.fill(np.nan, stream=s)
+    m.unload()
+    # The executable graphs name the unloaded module's CUfunctions: a replay would run dangling handles.
+    for graph in (g, loop):
+        with pytest.raises(cd.ClosedError, match="'scale' was unloaded"):
+            graph.launch()
+        with pytest.raises(cd.ClosedError, match="was unloaded"):
+            graph.upload()
+    assert np.isnan(out.to_numpy(stream=s)).all()
+    g.close()
+    loop.close()
+
+
 # --- rule: nothing holds a dangling pointer ---------------------------------------------
 
 @pytest.mark.parametrize("async_alloc", [True, False])
