@@ -16,6 +16,7 @@ from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, pycudadrv_arena,
                                  pycudadrv_arena_init, pycudadrv_arena_release)
 from pycudadrv._launch cimport Function, launch_releases_gil
+from pycudadrv._interop cimport take_dlpack_owners
 from pycudadrv._kernel cimport KernelBase
 
 import os
@@ -343,6 +344,8 @@ cdef class CapturedGraph:
         finally:
             pycudadrv_arena_release(&arena)
             free(inferred)
+            exports = take_dlpack_owners()      # the node now uses them: kept as long as the graph
+        self._held.extend(exports)
         self._held.extend(args)
         for a in args:
             if isinstance(a, Buffer):

@@ -78,7 +78,7 @@ cdef int keep_until_done(Stream s, object obj) except -1:
         d.p_cuEventDestroy(ev)
         raise
     _host_keep.append((<uintptr_t>ev, obj))
-    return 0
+    return 1
 
 
 def _host_keep_count():

@@ -20,5 +20,13 @@ cdef bint cai_is_contiguous(object cai) except -1
 # wait is an external event node the capture keeps alive.
 cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1
 # The device pointer of a DLPack-only object (C-contiguous), its producer ordered before `s`
-# (None: no ordering). ArgumentTypeError naming what is wrong.
+# (None: no ordering). ArgumentTypeError naming what is wrong. The capsule's owner waits in
+# dlpack_owners() for the code that packed the argument to settle or take it.
 cdef uint64_t dlpack_pointer(object obj, Stream s, Device dev) except? 0
+# The list of owners waiting (the same list object always: a launch path tests it is empty).
+cdef list dlpack_owners()
+# After a launch on `s`: keep the waiting owners until it has run (keep_until_done), or for
+# the graph's life when `s` captures.
+cdef int settle_dlpack_owners(Stream s) except -1
+# The waiting owners, handed to a holder (a graph whose node now uses them); the list empties.
+cdef tuple take_dlpack_owners()

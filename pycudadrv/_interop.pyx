@@ -3,11 +3,13 @@
 safely, ordering them after their producer's stream, and asbuffer() to wrap
 them as Buffers (over a foreign Allocation), zero-copy."""
 from libc.stdint cimport uintptr_t, uint64_t
+from cpython.pythread cimport PyThread_get_thread_ident
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, get_device, as_device
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, capture_info
 from pycudadrv._ordering cimport ReadyEvent, ready_event
+from pycudadrv._host cimport keep_until_done
 from pycudadrv._alloc cimport Allocation, foreign
 from pycudadrv._memory cimport Buffer, buffer_over
 from pycudadrv._dlpack cimport import_capsule
@@ -199,6 +201,41 @@ cdef tuple _import_dlpack(object obj, object device, bint sync, Stream target, s
     return owner, ptr, count * dt.itemsize, dt, shape, get_device(dev_id)
 
 
+# The owners of the DLPack capsules of the arguments being packed, as (thread id, owner): DLPack
+# lets a producer free the memory in its capsule's deleter (an exported copy), so the launch that
+# uses them keeps them, until it has run or for the life of the graph capturing it
+# (settle_dlpack_owners). Each thread takes its own (another may pack while a launch runs
+# without the GIL).
+cdef list _owners = []
+# Owners of launches on a stream another thread's capture kept from recording an event on:
+# kept until the process ends (rare, and never freed under a running kernel).
+cdef list _stranded = []
+
+
+cdef list dlpack_owners():
+    return _owners
+
+
+cdef tuple take_dlpack_owners():
+    if not _owners:
+        return ()
+    me = PyThread_get_thread_ident()
+    mine = tuple([o for t, o in _owners if t == me])
+    _owners[:] = [(t, o) for t, o in _owners if t != me]
+    return mine
+
+
+cdef int settle_dlpack_owners(Stream s) except -1:
+    owners = take_dlpack_owners()
+    if not owners:
+        return 0
+    if s._capture is not None:
+        s._capture.hold_all(owners)
+    elif not keep_until_done(s, owners):
+        _stranded.append(owners)
+    return 0
+
+
 cdef uint64_t dlpack_pointer(object obj, Stream s, Device dev) except? 0:
     cdef Stream target = None
     if s is not None and foreign_sync_enabled():
@@ -206,7 +243,7 @@ cdef uint64_t dlpack_pointer(object obj, Stream s, Device dev) except? 0:
     owner, ptr, nbytes, dt, shape, where = _import_dlpack(obj, dev, target is not None, target, "DLPack argument")
     if target is not None and target is not s:
         ready_event(target._handle, dev).wait_on(s)
-    del owner        # the producer's deleter runs: the caller's object keeps the memory
+    _owners.append((PyThread_get_thread_ident(), owner))     # the launch keeps it (its deleter may free it)
     return <uint64_t>ptr
 
 

@@ -40,6 +40,9 @@ cdef class PreparedLaunch:
     cdef ParamSpec* specs           # layout used (the function's, or inferred at bind)
     cdef int n
     cdef list _held                 # the Python objects currently bound, kept alive
+    cdef tuple _packed              # what was packed: _held, with each DLPack-only array a Buffer over
+                                    # its export (the bytes and the watched Buffer come from one export)
+    cdef tuple _exports             # those Buffers (a capture of a launch holds them), or None
     cdef list _watch                # the bound Buffers: each launch checks they are still open (foreign
                                     # memory bound as it is is watched through a Buffer over it)
     cdef list _watch_k              # the parameter index of each
@@ -56,7 +59,9 @@ cdef class PreparedLaunch:
     cdef int _ensure_scratch(self) except -1
     cdef int _launch_checks(self) except -1
     cdef int _pack_all(self, tuple args, pycudadrv_arena* arena) except -1
-    cdef int _bind(self, tuple args) except -1
+    cdef int _bind(self, tuple args, tuple packed) except -1
+    cdef object _as_packed(self, Py_ssize_t k, object a)
+    cdef int _hold_exports(self, Stream s) except -1
 
 # The one place kernels are launched (cuLaunchKernel, or cuLaunchKernelEx when the
 # configuration has launch attributes or the stream's capture asks for PDL or a

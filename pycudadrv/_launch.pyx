@@ -16,12 +16,12 @@ from pycudadrv._event cimport Event
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, captures_active,
                                 check_launch_outside_capture)
 from pycudadrv._memory cimport Buffer
-from pycudadrv._interop cimport read_cai
+from pycudadrv._interop cimport read_cai, dlpack_owners, settle_dlpack_owners
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, marshal, marshal_cached, infer_layout,
                                  args_summary, pycudadrv_arena_layout,
                                  pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
                                  pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
-                                 pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY)
+                                 pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY, FLOAT, BYTES)
 
 import numpy as np
 from pycudadrv import _signature
@@ -165,6 +165,11 @@ cdef unsigned int _fill_ex(CUlaunchConfig* cfg, CUlaunchAttribute* attrs, const 
     cfg.attrs = attrs
     cfg.numAttrs = n
     return dev_at
+
+
+# The DLPack exports of the arguments just packed (pycudadrv._interop): a launch that packed
+# one hands them to settle_dlpack_owners (an empty list is one C test on the fast path).
+cdef list _dl_owners = dlpack_owners()
 
 
 cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigned int* block, unsigned int shmem,
@@ -484,6 +489,8 @@ cdef class Function(KernelBase):
             kp = marshal_cached(&self._arena, lay, args, self._keep, s)
             self.device.activate()
             issue_launch(self, g, b, shared_mem_bytes, s, kp, lc, args, False)
+            if _dl_owners:
+                settle_dlpack_owners(s)     # a DLPack argument's export lives until the kernel has run
             return
         pycudadrv_arena_init(&arena)
         try:
@@ -495,6 +502,8 @@ cdef class Function(KernelBase):
                     (<Buffer>args[k])._alloc.note_use(s)
             self.device.activate()
             issue_launch(self, g, b, shared_mem_bytes, s, kp, lc, args, False)
+            if _dl_owners:
+                settle_dlpack_owners(s)
         finally:
             pycudadrv_arena_release(&arena)
             free(inferred)

@@ -18,6 +18,7 @@ from pycudadrv._marshal cimport (ParamLayout, marshal, pycudadrv_arena, pycudadr
                                  pycudadrv_arena_release)
 from pycudadrv._launch cimport Function
 from pycudadrv._graph cimport CapturedGraph
+from pycudadrv._interop cimport take_dlpack_owners
 
 import threading
 import numpy as np
@@ -401,3 +402,4 @@ def patch_kernel_node(graph, node, Function fn not None, grid, block, unsigned i
               "cuGraphKernelNodeSetParams")
     finally:
         pycudadrv_arena_release(&arena)
+        g._held.extend(take_dlpack_owners())    # DLPack exports the node uses: as long as the graph

@@ -17,7 +17,7 @@ from pycudadrv._stream cimport Stream
 from pycudadrv._alloc cimport Allocation
 from pycudadrv._memory cimport Buffer
 from pycudadrv._interop cimport (read_cai, cai_data_pointer, cai_geometry, cai_is_contiguous, order_foreign,
-                                 dlpack_pointer)
+                                 dlpack_pointer, take_dlpack_owners)
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
@@ -679,4 +679,5 @@ def pack_arguments(layout, args, name="kernel"):
         spilled = bool(pycudadrv_arena_is_spilled(&arena))
     finally:
         pycudadrv_arena_release(&arena)
+        take_dlpack_owners()        # nothing launched: the exports may go
     return out, addrs, spilled

@@ -9,6 +9,18 @@ cdef bint _is_foreign_memory(object a):
     return read_cai(a) is not None or hasattr(a, "__dlpack__")
 
 
+cdef bint _is_dlpack_only(object a):
+    """An array that exports __dlpack__ but no __cuda_array_interface__ (JAX, some PyTorch uses)."""
+    if a is None or type(a) is Buffer or isinstance(a, (int, float, complex, bytes, bytearray, memoryview, np.generic)):
+        return False
+    try:
+        if read_cai(a) is not None:
+            return False
+    except ArgumentTypeError:
+        return False          # pack_arg reports it, naming the parameter
+    return hasattr(a, "__dlpack__")
+
+
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
 @cython.no_gc_clear
 cdef class PreparedLaunch:
@@ -71,9 +83,12 @@ cdef class PreparedLaunch:
         self.kernel_params = pycudadrv_arena_finish(&self.arena)
         # A kernel without parameters is bound from the start: there is nothing to give it.
         self._held = [] if self.n == 0 else None
+        self._packed = ()
+        self._exports = None
         if args:
-            self._pack_all(args, &self.arena)
-            self._bind(args)
+            packed = tuple([self._as_packed(k, args[k]) for k in range(self.n)])
+            self._pack_all(packed, &self.arena)
+            self._bind(args, packed)
 
     def __dealloc__(self):
         free(self._watch_flags)
@@ -90,19 +105,40 @@ cdef class PreparedLaunch:
             pack_arg(args[k], lay, k, &self.specs[k], pycudadrv_arena_at(arena, <uint32_t>k), self._stream)
         return 0
 
-    cdef int _bind(self, tuple args) except -1:
-        """Keep `args` (marshalled) as the bound arguments: each Buffer among them is watched,
-        and so is another library's array, through a Buffer over it (its producer was ordered
-        before the bound stream when it was marshalled; a launch on another stream orders it
-        there too)."""
-        cdef list watch = [], ks = []
+    cdef object _as_packed(self, Py_ssize_t k, object a):
+        """Argument `a` of parameter `k` as it is packed: a DLPack-only array for a pointer
+        parameter becomes a Buffer over its export (asbuffer), asked for once, so the bound
+        bytes and the watched Buffer are that one export, kept alive while bound (a producer
+        may free an export's memory in its deleter)."""
+        cdef ParamSpec* p = &self.specs[k]
+        if p.size != 8 or p.kind == FLOAT or p.kind == BYTES or not _is_dlpack_only(a):
+            return a
+        try:
+            return asbuffer(a, device=self.fn.device)
+        except ArgumentTypeError as e:
+            raise ArgumentTypeError(f"kernel '{self.fn.name}', parameter #{k}: {e}") from None
+
+    cdef int _hold_exports(self, Stream s) except -1:
+        # A capture of the launch: the graph replays the exports' memory, so it keeps them.
+        if s._capture is not None:
+            s._capture.hold_all(self._exports)
+        return 0
+
+    cdef int _bind(self, tuple args, tuple packed) except -1:
+        """Keep `args` (marshalled as `packed`) as the bound arguments: each Buffer among them
+        is watched, and so is another library's array, through a Buffer over it (its producer
+        was ordered before the bound stream when it was marshalled; a launch on another stream
+        orders it there too)."""
+        cdef list watch = [], ks = [], exports = []
         cdef Buffer fb
         cdef int k
         cdef object a
         for k in range(self.n):
-            a = args[k]
+            a = packed[k]
             if isinstance(a, Buffer):
                 watch.append(a)
+                if a is not args[k]:
+                    exports.append(a)
             elif _is_foreign_memory(a):
                 try:
                     fb = <Buffer>asbuffer(a, device=self.fn.device)
@@ -122,6 +158,8 @@ cdef class PreparedLaunch:
         for a in watch:
             (<Buffer>a)._alloc.note_use(self._stream)
         self._held = list(args)
+        self._packed = packed
+        self._exports = tuple(exports) if exports else None
         self._watch = watch
         self._watch_k = ks
         free(self._watch_flags)
@@ -153,6 +191,8 @@ cdef class PreparedLaunch:
         if activate:
             fn.device.activate()
         issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held, False)
+        if self._exports is not None:
+            self._hold_exports(self._stream)
         return 0
 
     cdef inline int _launch_checks(self) except -1:
@@ -181,8 +221,11 @@ cdef class PreparedLaunch:
         cdef LaunchConfig c = self.config
         self._launch_checks()
         fn.device.activate()
-        return issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c,
+        node = issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c,
                             self._held, True)
+        if self._exports is not None:
+            self._hold_exports(self._stream)
+        return node
 
     def _launch_device_updatable(self):
         """Capture this launch as a device-updatable kernel node; returns the
@@ -215,8 +258,9 @@ cdef class PreparedLaunch:
             if n != self.n:
                 raise ArgumentTypeError(f"kernel '{fn.name}' takes {self.n} arguments, {n} given")
             self._ensure_scratch()
-            self._pack_all(args, &self.scratch)   # a failure leaves the live bytes as they were
-            self._bind(args)
+            packed = tuple([self._as_packed(k, args[k]) for k in range(n)])
+            self._pack_all(packed, &self.scratch)   # a failure leaves the live bytes as they were
+            self._bind(args, packed)
             pycudadrv_arena_copy_slots(&self.arena, &self.scratch)
         self._launch()
 
@@ -254,6 +298,8 @@ cdef class PreparedLaunch:
         fn.device.activate()
         issue_launch(fn, self.config.grid, self.config.block, self.config.shared_mem_bytes, s, self.kernel_params,
                      self.config, self._held, False)
+        if self._exports is not None:
+            self._hold_exports(s)
 
     def launch_timed_ns(self):
         """Drain every stream of the device, launch alone between two events,
@@ -292,10 +338,13 @@ cdef class PreparedLaunch:
                 raise MemoryError()
         try:
             memset(tmp, 0, size)
-            pack_arg(value, self.fn.layout, index, &self.specs[index], tmp, self._stream)
+            pv = self._as_packed(index, value)
+            pack_arg(pv, self.fn.layout, index, &self.specs[index], tmp, self._stream)
             held = list(self._held)
             held[index] = value
-            self._bind(tuple(held))        # raises before the live bytes change
+            packed = list(self._packed)
+            packed[index] = pv
+            self._bind(tuple(held), tuple(packed))        # raises before the live bytes change
             memcpy(pycudadrv_arena_at(&self.arena, <uint32_t>index), tmp, size)
         finally:
             if tmp != small:

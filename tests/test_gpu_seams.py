@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import weakref
 
 import numpy as np
 import pytest
@@ -280,6 +281,71 @@ def test_dlpack_only_memory_is_requested_for_the_stream_the_kernel_runs_on(mod, 
         got = out.to_numpy(stream=consumer)
     assert x.requests == [consumer.handle]
     np.testing.assert_allclose(got, 2.0 * src_h.astype(np.float64), rtol=1e-6)
+
+
+def _allocation_of(buf):
+    """The Allocation a Buffer views (its owner object: weakly referable)."""
+    return next(r for r in gc.get_referents(buf) if type(r).__name__ == "Allocation")
+
+
+class _ExportsACopy:
+    """A DLPack producer whose __dlpack__ exports a fresh copy owned by the capsule alone:
+    its deleter frees the memory (DLPack allows it), so the consumer must keep the capsule
+    until its kernel has run. `alive()` says which exports are still held."""
+
+    def __init__(self, host):
+        self._copy = cd.Buffer.from_numpy(host)      # made ahead: a capture may ask for it
+        self._copy.stream.synchronize()
+        self.refs = []
+
+    def __dlpack__(self, *, stream=None, **kw):
+        tmp, self._copy = self._copy, None
+        assert tmp is not None, "asked twice for one export"
+        self.refs.append(weakref.ref(_allocation_of(tmp)))
+        return tmp.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def alive(self):
+        gc.collect()
+        return [r() is not None for r in self.refs]
+
+
+@pytest.mark.parametrize("path", ["generic", "bind", "set_arg", "capture"])
+def test_a_dlpack_export_lives_until_the_kernel_that_reads_it_has_run(mod, rng, path):
+    from pycudadrv import _host
+    src_h = rng.standard_normal(N).astype(np.float32)
+    x = _ExportsACopy(src_h)
+    consumer = cd.Stream()
+    out = nan_buffer(N, consumer)
+    twice, spin = mod.function("twice"), mod.function("spin")
+    spin.launch(1, 1, cycles(40), stream=consumer)      # the kernel reads the export 40 ms from now
+    if path == "generic":
+        twice.launch(grid_of(N), 256, out, x, N, stream=consumer)
+    elif path == "bind":
+        keep = twice.bind(grid_of(N), 256, out, x, N, stream=consumer)
+        keep()
+    elif path == "set_arg":
+        keep = twice.bind(grid_of(N), 256, out, out, N, stream=consumer)
+        keep.set_arg(1, x)
+        keep()
+    else:
+        with consumer.capture() as keep:
+            twice.launch(grid_of(N), 256, out, x, N, stream=consumer)
+        keep.launch()
+    assert len(x.refs) == 1, f"{path}: the producer was asked {len(x.refs)} times for one argument"
+    assert x.alive() == [True], f"{path}: the export was let go of before the kernel that reads it ran"
+    got = out.to_numpy(stream=consumer)
+    np.testing.assert_allclose(got, 2.0 * src_h.astype(np.float64), rtol=1e-6)
+    if path == "generic":
+        for _ in range(64):               # kept until its launch is seen complete, then let go of
+            if _host._host_keep_count() == 0:
+                break
+        assert x.alive() == [False], "the export outlived the launch that used it"
+    else:
+        del keep
+        assert x.alive() == [False], f"{path}: the export outlived the object that launched it"
 
 
 def test_foreign_memory_ordering_applies_twice_in_one_process(mod, rng):
