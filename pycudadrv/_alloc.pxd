@@ -29,6 +29,7 @@ cdef class Allocation(CaptureWork):
     cdef ReadyEvent ready            # foreign: its producer's work at consumption, or None
     cdef list ordered                # streams already ordered after `ready`
     cdef bint ready_captured         # a graph waits on `ready`: it lives as long as this allocation
+    cdef bint read_only              # foreign memory its producer exported read-only (CAI data[1])
     # Nonzero when a launch must look closer before using the memory: freed, or a producer
     # to order after. One C test on the launch path (Buffer arguments pay nothing else).
     cdef bint attention
@@ -44,6 +45,8 @@ cdef class Allocation(CaptureWork):
     cdef int use_on(self, Stream s) except -1
     # `s` was just ordered after the producer by other means (the argument it came from was).
     cdef int mark_ordered(self, Stream s) except -1
+    # Foreign memory its producer marked read-only: writes, fills and copies into it are refused.
+    cdef int set_read_only(self) except -1
     cdef int add_hold(self) except -1
     cdef int release_hold(self) except -1
     # Free (owned) or let go (foreign) once nothing holds it; in_dealloc: the last Buffer is

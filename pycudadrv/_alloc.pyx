@@ -198,6 +198,10 @@ cdef class Allocation(CaptureWork):
             self.ordered.append(s)
         return 0
 
+    cdef int set_read_only(self) except -1:
+        self.read_only = True
+        return 0
+
     cdef int add_hold(self) except -1:
         self.holds += 1
         return 0

@@ -7,6 +7,7 @@ from cpython.pythread cimport PyThread_get_thread_ident
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, get_device, as_device
 from pycudadrv._driver cimport driver, check
+from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._stream cimport Stream, capture_info
 from pycudadrv._ordering cimport ReadyEvent, ready_event
 from pycudadrv._host cimport keep_until_done
@@ -17,7 +18,7 @@ from pycudadrv._dlpack cimport import_capsule
 import numpy as np
 from pycudadrv._dlpack import KDL_CUDA, KDL_CUDA_MANAGED
 from pycudadrv._env import foreign_sync_enabled
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, short_repr
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, short_repr
 
 __all__ = ["asbuffer", "data_pointer"]
 
@@ -141,13 +142,45 @@ cdef int _dlpack_order(object obj, Stream s, Device dev) except -1:
     return 0
 
 
-cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1:
-    if s is None or not foreign_sync_enabled():
+cdef int _check_producer_capture(uintptr_t h, Stream s, object obj) except -1:
+    """Refuse a producer stream that is being captured when `s` is not in that capture: an
+    event recorded there and waited for on `s` would pull `s` (and all its later work) into
+    the capture, which then fails at its end (unjoined work)."""
+    cdef pycudadrv_driver_api* d = driver()
+    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
+    cdef cuuint64_t pid = 0, sid = 0
+    cdef CUgraph g = NULL
+    cdef const CUgraphNode* deps = NULL
+    cdef const CUgraphEdgeData* edges = NULL
+    cdef size_t ndeps = 0
+    if h == 1:
+        return 0                      # the legacy default stream is never captured
+    if d.p_cuStreamGetCaptureInfo != NULL:
+        check(d.p_cuStreamGetCaptureInfo(<CUstream>h, &st, &pid, &g, &deps, &edges, &ndeps),
+              "cuStreamGetCaptureInfo")
+    else:
+        check(d.p_cuStreamIsCapturing(<CUstream>h, &st), "cuStreamIsCapturing")
+    if st == CU_STREAM_CAPTURE_STATUS_NONE:
         return 0
+    if s is not None and s._handle != NULL and capture_info(s, &sid, NULL) == CU_STREAM_CAPTURE_STATUS_ACTIVE \
+            and st == CU_STREAM_CAPTURE_STATUS_ACTIVE and (sid == pid or d.p_cuStreamGetCaptureInfo == NULL):
+        return 0                      # both in one capture: the event wait joins them, as a fork does
+    where = f"the launch stream {s!r}" if s is not None else "a stream outside it"
+    raise CaptureError(f"{type(obj).__name__}: its __cuda_array_interface__ 'stream' 0x{h:x} is being captured "
+                       f"into a graph and {where} is not part of that capture: waiting for it would pull the "
+                       "stream into the capture. Use the array on the capturing stream, or after the capture ended")
+
+
+cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1:
     if cai is not None and "stream" in cai:
-        h = _cai_stream(cai, obj)
+        h = _cai_stream(cai, obj)          # checked even where nothing is ordered (a graph update)
+        if s is None or not foreign_sync_enabled():
+            return 0
         if h is not None and h != <uintptr_t>s._handle:
+            _check_producer_capture(<uintptr_t>h, s, obj)
             ready_event(<CUstream><uintptr_t>h, dev).wait_on(s)
+        return 0
+    if s is None or not foreign_sync_enabled():
         return 0
     if callable(getattr(obj, "__dlpack__", None)):
         # No producer stream named (PyTorch's CAI is version 2): ask through DLPack.
@@ -275,7 +308,15 @@ def asbuffer(obj, *, device=None):
     ArgumentTypeError
         ``obj`` exports neither protocol, lives on the host, or is not
         C-contiguous (strided memory is never treated as contiguous); a CAI
-        ``stream`` that is not None or a stream handle.
+        ``stream`` that is not None or a stream handle; a CAI ``descr`` whose
+        element size differs from its ``typestr``'s.
+    CaptureError
+        The CAI ``stream`` is being captured into a graph (a wait for it from
+        another stream would join that stream to the capture).
+
+    A CAI array exported read-only (``data=(ptr, True)``) gives a Buffer
+    whose ``readonly`` is True: pycudadrv's writes, fills and copies into it
+    are refused.
     """
     if isinstance(obj, Buffer):
         return obj
@@ -289,8 +330,13 @@ def asbuffer(obj, *, device=None):
         shape, strides, dt = cai_geometry(cai)
         descr = cai.get("descr")
         if descr is not None and isinstance(descr, list) and len(descr) > 1:
-            dt = np.dtype(descr)
+            rec = np.dtype(descr)
+            if rec.itemsize != dt.itemsize:
+                raise ArgumentValueError(f"its __cuda_array_interface__ 'descr' {rec} is {rec.itemsize} bytes an "
+                                         f"element, its 'typestr' {cai.get('typestr')!r} {dt.itemsize}")
+            dt = rec
         contiguous = cai_is_contiguous(cai)
+        read_only = bool(cai["data"][1])
     except (ArgumentValueError, TypeError, ValueError) as e:
         raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: {e}") from e
     if dt.itemsize == 0 or dt.hasobject:
@@ -314,11 +360,14 @@ def asbuffer(obj, *, device=None):
     cdef ReadyEvent ready = None
     if foreign_sync_enabled():
         if producer is not None:          # CAI v3: the producer's work so far
+            _check_producer_capture(<uintptr_t>producer, None, obj)    # its users are not known yet
             ready = ready_event(<CUstream><uintptr_t>producer, dev)
         elif "stream" not in cai and callable(getattr(obj, "__dlpack__", None)):
             _release_capsule(obj.__dlpack__(stream=int(<uintptr_t>_sync_stream(dev)._handle)), obj)
             ready = ready_event((<Stream>_sync_stream(dev))._handle, dev)
     cdef Allocation a = foreign(<CUdeviceptr>ptr, count * dt.itemsize, dev, obj, ready)
+    if read_only:
+        a.set_read_only()
     return buffer_over(a, a.ptr, count * dt.itemsize, dt, shape, None)
 
 

@@ -51,6 +51,51 @@ cdef size_t _byte_arg(object v, str name, str who) except? 0xFFFFFFFFFFFFFFFF:
     return <size_t>v
 
 
+cdef int _check_writable(Buffer b, str who) except -1:
+    if b._alloc.read_only:
+        raise ArgumentValueError(f"{who}: the buffer is read-only (its producer exported it with "
+                                 "__cuda_array_interface__ data=(ptr, True)); pycudadrv writes nothing into it")
+    return 0
+
+
+# Fill values that are numbers (numpy scalars of these kinds keep their own bytes).
+cdef tuple _FILL_KINDS = ("b", "i", "u", "f", "c")
+
+
+cdef object _fill_value(object value, object dt):
+    """`value` as the numpy scalar whose bytes fill() repeats (Buffer.fill's rules)."""
+    if isinstance(value, np.generic):
+        if value.dtype.kind not in _FILL_KINDS or value.dtype in (np.longdouble, np.clongdouble):
+            raise ArgumentTypeError(f"fill: a {value.dtype} value is not a type of device data; give a numpy "
+                                    "scalar of a bool, integer, float or complex type of 1-16 bytes")
+        return value
+    if not isinstance(value, (int, float, complex)):
+        raise ArgumentTypeError(f"fill: the value must be a number (int, float, complex, bool) or a numpy scalar, "
+                                f"got {type(value).__name__} {value!r:.40}")
+    if isinstance(value, complex) and dt.kind != "c":
+        raise ArgumentTypeError(f"fill: a complex value {value!r} for a buffer of {dt} would lose its imaginary "
+                                "part; give a real value, or view the buffer as a complex dtype")
+    if dt.kind in "iub":
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+            raise ArgumentValueError(f"fill: {value!r} is not representable as {dt}")
+        v = int(value)                # a float is truncated, as numpy's fill does
+        if dt.kind == "b":
+            return np.bool_(v != 0)
+        info = np.iinfo(dt)
+        if not info.min <= v <= info.max:
+            raise ArgumentValueError(f"fill: {value!r} is not representable as {dt} (range [{info.min}, "
+                                     f"{info.max}])")
+        return np.array(v, dtype=dt)[()]
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            v = np.array(value, dtype=np.complex128 if isinstance(value, complex) else np.float64).astype(dt)[()]
+    except OverflowError:
+        raise ArgumentValueError(f"fill: {value!r:.40} overflows {dt}") from None
+    if dt.kind in "fc" and np.isinf(v).any() and not np.isinf(np.array(value)).any():
+        raise ArgumentValueError(f"fill: {value!r} overflows {dt} (it would become inf)")
+    return v
+
+
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
 @cython.no_gc_clear
 cdef class Buffer:
@@ -174,6 +219,15 @@ cdef class Buffer:
         return self._closed or self._alloc.freed
 
     @property
+    def readonly(self):
+        """Whether the memory is read-only to pycudadrv: another library's array
+        exported with ``__cuda_array_interface__`` ``data=(ptr, True)``
+        (``asbuffer``). ``write``, ``fill`` and copies into it raise
+        ArgumentValueError; kernels are not checked (a kernel's writes are
+        not known)."""
+        return self._alloc.read_only
+
+    @property
     def stream(self):
         """The Stream this buffer's allocation, free and default copies are ordered on."""
         return self._alloc.stream
@@ -221,6 +275,7 @@ cdef class Buffer:
         """
         cdef size_t off = _byte_arg(offset, "offset", "Buffer.write")
         self.ensure_open()
+        _check_writable(self, "Buffer.write")
         src = self._host_view(data, False, "write")
         cdef size_t n = src.nbytes
         if off > self._nbytes or n > self._nbytes - off:
@@ -329,6 +384,7 @@ cdef class Buffer:
         cdef size_t n
         self.ensure_open()
         dst.ensure_open()
+        _check_writable(dst, "Buffer.copy_to (destination)")
         if so > self._nbytes:
             raise ArgumentValueError(f"copy src_offset {so} beyond source of {self._nbytes} bytes")
         n = (self._nbytes - so) if nbytes is None else _byte_arg(nbytes, "nbytes", "Buffer.copy_to")
@@ -376,15 +432,15 @@ cdef class Buffer:
         ``nbytes`` must be a multiple of the value's size.
 
         Raises ArgumentValueError for other pattern sizes, sizes that do not
-        divide, or an 8/16-byte pattern at an address that is not a multiple of 4."""
+        divide, or a pattern at an address that is not a multiple of its
+        size (of 4 for 8- and 16-byte patterns); a Python value out of the
+        dtype's range (an integer outside it, a finite float that would become
+        inf), or a read-only buffer. Raises ArgumentTypeError for a value that
+        is not a number (None, a str, ...), a complex value for a real dtype,
+        or a numpy scalar of no device type (object, str, longdouble)."""
         self.ensure_open()
-        if isinstance(value, np.generic):
-            v = value
-        else:
-            dt = self._dtype if self._dtype is not None else np.dtype(np.uint8)
-            with np.errstate(invalid="ignore", over="ignore"):
-                v = np.array(value).astype(dt, casting="unsafe") if dt.kind not in "iub" else np.array(value, dtype=dt)
-                v = v.reshape(()).astype(dt)[()]
+        _check_writable(self, "Buffer.fill")
+        v = _fill_value(value, self._dtype if self._dtype is not None else np.dtype(np.uint8))
         raw = np.asarray(v).tobytes()
         full = len(raw)
         if len(raw) == 16 and raw[:8] == raw[8:]:
@@ -402,9 +458,9 @@ cdef class Buffer:
         if self._nbytes % size:
             raise ArgumentValueError(f"fill: buffer of {self._nbytes} bytes is not a multiple of the "
                                      f"{size}-byte pattern")
-        if size > 4 and self._ptr % 4:
-            raise ArgumentValueError(f"fill: an {size}-byte pattern needs a 4-byte aligned address; this view "
-                                     f"starts at 0x{self._ptr:x}")
+        if self._ptr % min(size, 4):
+            raise ArgumentValueError(f"fill: {'an' if size == 8 else 'a'} {size}-byte pattern needs a "
+                                     f"{min(size, 4)}-byte aligned address; this view starts at 0x{self._ptr:x}")
         if self._nbytes == 0:
             return
         cdef Stream s = self._copy_stream(stream)
@@ -469,7 +525,7 @@ cdef class Buffer:
         a.cai_exported = True       # the free now waits for the last reference to the buffer
         shape = self._shape if self._shape is not None else (self.size,)
         typestr = self._dtype.str if self._dtype is not None else "|u1"
-        d = {"shape": tuple(shape), "typestr": typestr, "data": (int(self._ptr), False),
+        d = {"shape": tuple(shape), "typestr": typestr, "data": (int(self._ptr), bool(a.read_only)),
              "strides": None, "version": 3}
         if a.stream is not None:
             d["stream"] = int(<uintptr_t>a.stream._handle) or None

@@ -814,3 +814,111 @@ def test_gpu_driven_indirect_dispatch_never_silently_drops_work(mod, counts):
         got = out.to_numpy(stream=s)
         np.testing.assert_array_equal(got[:groups], np.arange(1, groups + 1, dtype=np.uint32))
         assert (got[groups:] == 0).all()
+
+
+# --- 10. what another library's array says about itself is believed only where it holds -------------
+
+class _CAIDict:
+    """An array described by a hand-written __cuda_array_interface__ dict."""
+
+    def __init__(self, **cai):
+        self.cai = dict(version=3, strides=None, **cai)
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.cai
+
+
+def test_a_read_only_foreign_array_is_never_written_by_pycudadrv(rng):
+    a = rng.standard_normal(64).astype(np.float32)
+    src = cd.Buffer.from_numpy(a)
+    src.stream.synchronize()
+    x = cd.asbuffer(_CAIDict(shape=(64,), typestr="<f4", data=(src.ptr, True), stream=None))
+    assert x.readonly and not src.readonly
+    other = cd.Buffer.from_numpy(np.zeros(64, np.float32))
+    for attempt in (lambda: x.fill(np.float32(7)), lambda: x.write(np.ones(64, np.float32)),
+                    lambda: other.copy_to(x), lambda: x.copy_from(other)):
+        with pytest.raises(cd.ArgumentValueError, match="read-only"):
+            attempt()
+    assert np.array_equal(src.to_numpy(), a)
+    assert x.__cuda_array_interface__["data"] == (src.ptr, True)   # and it says so to the next consumer
+    x.copy_to(other)                                                # reading it is fine
+    assert np.array_equal(other.to_numpy(), a)
+
+
+def test_a_cai_descr_of_another_element_size_than_its_typestr_is_refused():
+    real = cd.Buffer.zeros(64, np.float32)
+    lying = _CAIDict(shape=(64,), typestr="<f4", data=(real.ptr, False), stream=None,
+                     descr=[("a", "<f8"), ("b", "<f8")])
+    with pytest.raises(cd.ArgumentTypeError, match="16 bytes an element"):
+        cd.asbuffer(lying)
+    fine = cd.asbuffer(_CAIDict(shape=(32,), typestr="|V8", data=(real.ptr, False), stream=None,
+                                descr=[("a", "<f4"), ("b", "<f4")]))
+    assert fine.nbytes == 256 and fine.dtype.names == ("a", "b")
+
+
+def test_an_array_whose_producer_stream_is_capturing_is_refused_outside_that_capture(mod):
+    b = cd.Buffer.zeros(N, np.float32)
+    s, p = cd.Stream(), cd.Stream()
+    twice = mod.function("twice")
+    with pytest.raises(cd.CaptureError, match="being captured"):
+        with p.capture():
+            twice.launch(grid_of(N), 256, b, b, N, stream=p)
+            twice.launch(grid_of(N), 256, b, _CAIv3(b, p), N, stream=s)   # s is not in p's capture
+    assert not s.capturing and not p.capturing
+    with pytest.raises(cd.CaptureError, match="being captured"):
+        with p.capture():
+            twice.launch(grid_of(N), 256, b, b, N, stream=p)
+            cd.asbuffer(_CAIv3(b, p))
+    # Both streams in one capture: the wait joins them, as a fork does.
+    src = cd.Buffer.from_numpy(np.arange(N, dtype=np.float32), stream=p)
+    out = nan_buffer(N, p)
+    with p.capture() as g:
+        mod.function("copy_f").launch(grid_of(N), 256, b, src, N, stream=p)
+        twice.launch(grid_of(N), 256, out, _CAIv3(b, p), N, stream=p)
+    g.launch()
+    np.testing.assert_array_equal(out.to_numpy(stream=p), 2.0 * np.arange(N, dtype=np.float64))
+
+
+def test_a_graph_update_checks_a_foreign_arrays_stream_as_a_launch_does(mod):
+    b = cd.Buffer.zeros(N, np.float32)
+    s = cd.Stream()
+    with s.capture() as g:
+        mod.function("twice").launch(grid_of(N), 256, b, b, N, stream=s)
+    for bad in (0, -1, True, "1"):
+        with pytest.raises(cd.ArgumentTypeError, match="'stream' must be None or a CUstream handle"):
+            g.set_kernel_arg(0, 1, _CAIDict(shape=(N,), typestr="<f4", data=(b.ptr, False), stream=bad))
+
+
+def test_fill_refuses_values_it_would_silently_change(rng):
+    f32 = cd.Buffer.from_numpy(rng.standard_normal(8).astype(np.float32))
+    u8 = cd.Buffer.zeros(32, np.uint8)
+    before = f32.to_numpy()
+    for value, err, match in [(None, cd.ArgumentTypeError, "must be a number"),
+                              ("1", cd.ArgumentTypeError, "must be a number"),
+                              ([1, 2], cd.ArgumentTypeError, "must be a number"),
+                              (1 + 2j, cd.ArgumentTypeError, "imaginary"),
+                              (1e300, cd.ArgumentValueError, "overflows float32"),
+                              (10 ** 400, cd.ArgumentValueError, "overflows"),
+                              (np.longdouble(1), cd.ArgumentTypeError, "not a type of device data")]:
+        with pytest.raises(err, match=match):
+            f32.fill(value)
+    assert np.array_equal(f32.to_numpy(), before)
+    for value in (256, -1, float("nan")):
+        with pytest.raises(cd.ArgumentValueError, match="not representable as uint8"):
+            u8.fill(value)
+    # A 2- or 4-byte pattern needs its own alignment (the driver would refuse it with a bare code).
+    with pytest.raises(cd.ArgumentValueError, match="a 2-byte pattern needs a 2-byte aligned"):
+        u8[1:3].view(np.uint16).fill(np.uint16(7))
+    with pytest.raises(cd.ArgumentValueError, match="a 4-byte pattern needs a 4-byte aligned"):
+        u8[2:6].view(np.float32).fill(np.float32(1))
+    with pytest.raises(cd.ArgumentValueError, match="a 16-byte pattern needs a 4-byte aligned"):
+        u8[1:17].view(np.complex128).fill(np.complex128(1 + 2j))
+    assert (u8.to_numpy() == 0).all()
+    # What numpy's fill accepts still works: inf itself, a float truncated into integers, bools.
+    f32.fill(float("inf"))
+    assert np.isinf(f32.to_numpy()).all()
+    u8.fill(2.75)
+    assert (u8.to_numpy() == 2).all()
+    u8.fill(True)
+    assert (u8.to_numpy() == 1).all()
