@@ -146,7 +146,10 @@ cdef Device as_device(object device):
         return get_device((<Device>device).ordinal)   # the canonical object of that ordinal
     if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
         raise ArgumentTypeError(f"device must be a Device or an int ordinal, got {device!r}")
-    return get_device(int(device))
+    v = int(device)
+    if not 0 <= v < 2**31:
+        Device(v)                     # raises ArgumentValueError naming the devices present
+    return get_device(v)
 
 
 cdef Device current_device():

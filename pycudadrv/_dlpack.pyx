@@ -51,6 +51,10 @@ KDL_CUDA_MANAGED = PYCUDADRV_kDLCUDAManaged
 
 _DL_KIND = {PYCUDADRV_kDLInt: "i", PYCUDADRV_kDLUInt: "u", PYCUDADRV_kDLFloat: "f",
             PYCUDADRV_kDLComplex: "c", PYCUDADRV_kDLBool: "b"}
+# The bit widths numpy (and a kernel) have for each kind: no float128 (x87 long double is not
+# IEEE binary128), no 16-bit bool.
+_DL_BITS = {PYCUDADRV_kDLInt: (8, 16, 32, 64), PYCUDADRV_kDLUInt: (8, 16, 32, 64), PYCUDADRV_kDLFloat: (16, 32, 64),
+            PYCUDADRV_kDLComplex: (64, 128), PYCUDADRV_kDLBool: (8,)}
 _DL_CODE = {"i": PYCUDADRV_kDLInt, "u": PYCUDADRV_kDLUInt, "f": PYCUDADRV_kDLFloat,
             "c": PYCUDADRV_kDLComplex, "b": PYCUDADRV_kDLBool}
 
@@ -139,7 +143,7 @@ cdef class _DLPackOwner:
 
 cdef tuple import_capsule(object capsule, object producer):
     if not PyCapsule_IsValid(capsule, "dltensor"):
-        raise ArgumentTypeError("asbuffer: __dlpack__ did not return an unconsumed 'dltensor' capsule")
+        raise ArgumentTypeError(f"__dlpack__ returned {type(capsule).__name__}, not an unconsumed 'dltensor' capsule")
     cdef pycudadrv_DLManagedTensor* m = <pycudadrv_DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
     cdef _DLPackOwner owner = _DLPackOwner.__new__(_DLPackOwner)
     owner.m = m
@@ -147,19 +151,16 @@ cdef tuple import_capsule(object capsule, object producer):
     PyCapsule_SetName(capsule, "used_dltensor")
     cdef pycudadrv_DLTensor* t = &m.dl_tensor
     cdef int k
-    if t.dtype.lanes != 1 or t.dtype.code not in _DL_KIND or t.dtype.bits == 0 or t.dtype.bits % 8:
-        raise ArgumentTypeError(f"asbuffer: unsupported DLPack dtype (code {t.dtype.code}, bits {t.dtype.bits}, "
-                                f"lanes {t.dtype.lanes})")
-    try:
-        dt = np.dtype(f"{_DL_KIND[t.dtype.code]}{t.dtype.bits // 8}") if t.dtype.code != PYCUDADRV_kDLBool \
-            else np.dtype(np.bool_)
-    except TypeError:
-        raise ArgumentTypeError(f"asbuffer: unsupported DLPack dtype (code {t.dtype.code}, bits {t.dtype.bits}): "
-                                "numpy has no such type") from None
+    if t.dtype.lanes != 1 or t.dtype.code not in _DL_KIND or t.dtype.bits not in _DL_BITS[t.dtype.code]:
+        raise ArgumentTypeError(f"unsupported DLPack dtype (code {t.dtype.code}, bits {t.dtype.bits}, lanes "
+                                f"{t.dtype.lanes}): pycudadrv takes one lane of bool (8 bits), int/uint (8-64), "
+                                "float (16-64) or complex (64, 128)")
+    dt = np.dtype(f"{_DL_KIND[t.dtype.code]}{t.dtype.bits // 8}") if t.dtype.code != PYCUDADRV_kDLBool \
+        else np.dtype(np.bool_)
     if t.ndim < 0 or (t.ndim > 0 and t.shape == NULL):
-        raise ArgumentTypeError(f"asbuffer: malformed DLPack tensor (ndim {t.ndim})")
+        raise ArgumentTypeError(f"malformed DLPack tensor (ndim {t.ndim})")
     shape = tuple(t.shape[k] for k in range(t.ndim))
     if any(s < 0 for s in shape):
-        raise ArgumentTypeError(f"asbuffer: malformed DLPack tensor (negative dimension in shape {shape})")
+        raise ArgumentTypeError(f"malformed DLPack tensor (negative dimension in shape {shape})")
     strides = None if t.strides == NULL else tuple(t.strides[k] for k in range(t.ndim))
     return (owner, <uintptr_t>t.data + t.byte_offset, t.device.device_type, t.device.device_id, dt, shape, strides)

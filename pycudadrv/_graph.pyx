@@ -19,6 +19,7 @@ from pycudadrv._launch cimport Function, launch_releases_gil
 from pycudadrv._interop cimport take_dlpack_owners
 from pycudadrv._kernel cimport KernelBase
 
+import numpy as np
 import os
 import threading
 from pycudadrv._errors import (ArgumentIndexError, ArgumentTypeError, ArgumentValueError, GraphUpdateError,
@@ -60,6 +61,14 @@ cdef int _hold(CapturedGraph g, Allocation a) except -1:
     a.add_hold()
     g._roots.append(a)
     return 0
+
+
+cdef object _index_arg(object v, str what, str who):
+    """A launch or argument index: an int (numpy ints too), as a Python int; bools, floats and
+    strings are refused (ArgumentTypeError) rather than truncated or parsed."""
+    if isinstance(v, (bool, np.bool_)) or not hasattr(type(v), "__index__"):
+        raise ArgumentTypeError(f"{who}: {what} must be an int, got {type(v).__name__} {v!r:.40}")
+    return v.__index__()
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
@@ -281,15 +290,16 @@ cdef class CapturedGraph:
         """Number of kernel launches recorded during capture."""
         return len(self._kernels)
 
-    def kernel(self, Py_ssize_t index):
+    def kernel(self, index):
         """``(kernel name, grid, block, shared_mem_bytes, args)`` of the i-th captured launch."""
+        index = _index_arg(index, "index", "CapturedGraph.kernel")
         if index < 0 or index >= len(self._kernels):
             raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
                                      "out of range")
         node, fn, grid, block, shmem, args, devnode = self._kernels[index]
         return (fn.name, grid, block, shmem, args)
 
-    def set_kernel_args(self, Py_ssize_t index, *args):
+    def set_kernel_args(self, index, *args):
         """Replace all arguments of the ``index``-th captured kernel launch in
         the instantiated graph (``cuGraphExecKernelNodeSetParams``); the next
         ``launch()`` uses them. Arguments follow the same rules as
@@ -307,6 +317,7 @@ cdef class CapturedGraph:
             or the node is unknown.
         """
         self._ready()
+        index = _index_arg(index, "index", "CapturedGraph.set_kernel_args")
         if index < 0 or index >= len(self._kernels):
             raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
                                      "out of range")
@@ -354,7 +365,7 @@ cdef class CapturedGraph:
         if self._device_updated:
             self._upload_first = True
 
-    def set_kernel_arg(self, Py_ssize_t index, Py_ssize_t arg, value):
+    def set_kernel_arg(self, index, arg, value):
         """Replace argument ``arg`` of the ``index``-th captured kernel launch
         (the others stay as captured), as :meth:`PreparedLaunch.set_arg` does
         for a prepared launch (``cuGraphExecKernelNodeSetParams``); whole or
@@ -363,6 +374,8 @@ cdef class CapturedGraph:
         Raises ArgumentIndexError for no such launch or argument, and as
         :meth:`set_kernel_args`."""
         self._ready()
+        index = _index_arg(index, "index", "CapturedGraph.set_kernel_arg")
+        arg = _index_arg(arg, "arg", "CapturedGraph.set_kernel_arg")
         if index < 0 or index >= len(self._kernels):
             raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
                                      "out of range")

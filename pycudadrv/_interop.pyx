@@ -136,7 +136,7 @@ cdef int _dlpack_order(object obj, Stream s, Device dev) except -1:
     """Ask a DLPack producer to order its work before `s` (__dlpack__(stream=s)); when `s`
     captures, onto the private stream instead, which `s` then waits for (an external node)."""
     cdef Stream target = _sync_stream(dev) if _capturing(s) else s
-    _release_capsule(obj.__dlpack__(stream=int(<uintptr_t>target._handle) or 1), obj)
+    _release_capsule(_call_dlpack(obj, int(<uintptr_t>target._handle) or 1, "DLPack argument"), obj)
     if target is not s:
         ready_event(target._handle, dev).wait_on(s)
     return 0
@@ -188,6 +188,25 @@ cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1:
     return 0
 
 
+cdef object _call_dlpack(object obj, object request, str who):
+    """obj.__dlpack__(stream=request); a producer older than DLPack 0.6 (no `stream` keyword) is
+    asked without one, and orders nothing (its data is taken as ready, as with the
+    PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC switch off). What the producer raises becomes an
+    ArgumentTypeError naming it."""
+    name = type(obj).__name__
+    try:
+        return obj.__dlpack__(stream=request)
+    except TypeError as e:
+        if "stream" not in str(e):
+            raise ArgumentTypeError(f"{who}: {name}.__dlpack__(stream={request}) raised TypeError: {e}") from e
+    except Exception as e:
+        raise ArgumentTypeError(f"{who}: {name}.__dlpack__(stream={request}) raised {type(e).__name__}: {e}") from e
+    try:
+        return obj.__dlpack__()
+    except Exception as e:
+        raise ArgumentTypeError(f"{who}: {name}.__dlpack__() raised {type(e).__name__}: {e}") from e
+
+
 cdef tuple _import_dlpack(object obj, object device, bint sync, Stream target, str who):
     """(keeper, pointer, nbytes, dtype, shape, device) of a DLPack object, C-contiguous. With
     `sync` the producer is asked to order its work before `target` (None: the private stream
@@ -195,27 +214,35 @@ cdef tuple _import_dlpack(object obj, object device, bint sync, Stream target, s
     cdef Device dev = as_device(device)
     if not callable(getattr(obj, "__dlpack__", None)):
         raise ArgumentTypeError(f"{who}: {type(obj).__name__}.__dlpack__ is not callable")
+    name = type(obj).__name__
     try:
         dl_dev = obj.__dlpack_device__()
     except AttributeError:
         dl_dev = None
+    except Exception as e:
+        raise ArgumentTypeError(f"{who}: {name}.__dlpack_device__() raised {type(e).__name__}: {e}") from e
     if dl_dev is not None:
         try:
             dl_type, dl_id = int(dl_dev[0]), int(dl_dev[1])
         except (TypeError, ValueError, IndexError, OverflowError):
-            raise ArgumentTypeError(f"{who}: {type(obj).__name__}.__dlpack_device__() returned {short_repr(dl_dev)}, "
+            raise ArgumentTypeError(f"{who}: {name}.__dlpack_device__() returned {short_repr(dl_dev)}, "
                                     "not (device_type, device_id)") from None
         if dl_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
-            raise ArgumentTypeError(f"{who}: {type(obj).__name__} lives on DLPack device {(dl_type, dl_id)}, "
-                                    "not CUDA")
+            raise ArgumentTypeError(f"{who}: {name} lives on DLPack device {(dl_type, dl_id)}, not CUDA")
+        if not 0 <= dl_id < 2**31:
+            raise ArgumentTypeError(f"{who}: {name}.__dlpack_device__() names device {dl_id}, not a CUDA "
+                                    "device ordinal")
         if device is None:
             dev = get_device(dl_id)
     if not sync:
         request = -1
     else:
         request = int(<uintptr_t>(target if target is not None else _sync_stream(dev))._handle) or 1
-    capsule = obj.__dlpack__(stream=request)
-    owner, ptr, dev_type, dev_id, dt, shape, strides = import_capsule(capsule, obj)
+    capsule = _call_dlpack(obj, request, who)
+    try:
+        owner, ptr, dev_type, dev_id, dt, shape, strides = import_capsule(capsule, obj)
+    except ArgumentTypeError as e:
+        raise ArgumentTypeError(f"{who}: {name}: {e}") from None
     if dev_type not in (KDL_CUDA, KDL_CUDA_MANAGED):
         raise ArgumentTypeError(f"{who}: DLPack tensor on device type {dev_type}, not CUDA")
     count = 1
@@ -363,7 +390,7 @@ def asbuffer(obj, *, device=None):
             _check_producer_capture(<uintptr_t>producer, None, obj)    # its users are not known yet
             ready = ready_event(<CUstream><uintptr_t>producer, dev)
         elif "stream" not in cai and callable(getattr(obj, "__dlpack__", None)):
-            _release_capsule(obj.__dlpack__(stream=int(<uintptr_t>_sync_stream(dev)._handle)), obj)
+            _release_capsule(_call_dlpack(obj, int(<uintptr_t>_sync_stream(dev)._handle) or 1, "asbuffer"), obj)
             ready = ready_event((<Stream>_sync_stream(dev))._handle, dev)
     cdef Allocation a = foreign(<CUdeviceptr>ptr, count * dt.itemsize, dev, obj, ready)
     if read_only:

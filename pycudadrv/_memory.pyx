@@ -19,7 +19,7 @@ import numpy as np
 from pycudadrv._host import shape_and_nbytes
 from pycudadrv._ordering import alloc_trace
 from pycudadrv._dlpack import KDL_CUDA
-from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError)
+from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, short_repr)
 
 __all__ = ["Buffer"]
 
@@ -236,7 +236,17 @@ cdef class Buffer:
         return self.size
 
     cdef _host_view(self, obj, bint writable, name):
+        if writable and not isinstance(obj, np.ndarray):
+            # Memory to write into: anything numpy would copy first (a list) would lose the data.
+            try:
+                obj = memoryview(obj)
+            except TypeError:
+                raise ArgumentTypeError(f"{name}: out must be writable host memory (a numpy array, bytearray, "
+                                        f"HostBuffer.array), got {type(obj).__name__}") from None
         arr = np.asarray(obj)
+        if arr.dtype.hasobject or arr.dtype.kind in "OUSM":
+            raise ArgumentTypeError(f"{name}: host data must be numbers or bytes (buffer protocol), got "
+                                    f"{type(obj).__name__} {short_repr(obj)}")
         if not arr.flags.c_contiguous:
             raise ArgumentValueError(f"{name}: host array must be C-contiguous (got strides {arr.strides}); "
                                      "a solid copy would overwrite its neighbours")
@@ -367,7 +377,7 @@ cdef class Buffer:
                 out = np.empty(self._nbytes, dtype=np.uint8)
         return self.read(out=out, stream=stream)
 
-    def copy_to(self, Buffer dst not None, nbytes=None, src_offset=0, dst_offset=0, stream=None):
+    def copy_to(self, dst, nbytes=None, src_offset=0, dst_offset=0, stream=None):
         """Device-to-device copy of ``nbytes`` (default: all of this buffer from
         ``src_offset``) into ``dst`` at ``dst_offset``, all in bytes
         (``cuMemcpyDtoDAsync``; ``cuMemcpyPeerAsync`` when ``dst`` is on
@@ -377,28 +387,34 @@ cdef class Buffer:
         every stream that used either buffer (their writers and readers), and
         ``dst``'s stream waits for the copy.
 
-        Raises ArgumentValueError when either range falls outside its buffer,
-        ArgumentTypeError for an offset or size that is not an int."""
+        Raises ArgumentValueError when either range falls outside its buffer
+        or ``dst`` is read-only, ArgumentTypeError for a ``dst`` that is not a
+        Buffer or an offset or size that is not an int."""
+        if not isinstance(dst, Buffer):
+            raise ArgumentTypeError(f"Buffer.copy_to: dst must be a Buffer, got {type(dst).__name__} "
+                                    f"{short_repr(dst)} (host memory: read(out=...); another library's "
+                                    "array: asbuffer(x))")
+        cdef Buffer dbuf = <Buffer>dst
         cdef size_t so = _byte_arg(src_offset, "src_offset", "Buffer.copy_to")
         cdef size_t do = _byte_arg(dst_offset, "dst_offset", "Buffer.copy_to")
         cdef size_t n
         self.ensure_open()
-        dst.ensure_open()
-        _check_writable(dst, "Buffer.copy_to (destination)")
+        dbuf.ensure_open()
+        _check_writable(dbuf, "Buffer.copy_to (destination)")
         if so > self._nbytes:
             raise ArgumentValueError(f"copy src_offset {so} beyond source of {self._nbytes} bytes")
         n = (self._nbytes - so) if nbytes is None else _byte_arg(nbytes, "nbytes", "Buffer.copy_to")
         if n > self._nbytes - so:
             raise ArgumentValueError(f"copy of {n} bytes at src_offset {so} overruns source of "
                                      f"{self._nbytes} bytes")
-        if do > dst._nbytes or n > dst._nbytes - do:
+        if do > dbuf._nbytes or n > dbuf._nbytes - do:
             raise ArgumentValueError(f"copy of {n} bytes at dst_offset {do} overruns destination of "
-                                     f"{dst._nbytes} bytes")
+                                     f"{dbuf._nbytes} bytes")
         if n == 0:
             return
         cdef Stream s = self._copy_stream(stream)
-        cdef bint cross = dst.device.ordinal != self.device.ordinal
-        cdef Allocation da = dst._alloc
+        cdef bint cross = dbuf.device.ordinal != self.device.ordinal
+        cdef Allocation da = dbuf._alloc
         if cross:
             # Every writer of the source and every reader or writer of the destination first (the
             # streams that used either), then the copy; later work on the destination sees it.
@@ -406,20 +422,24 @@ cdef class Buffer:
             _order_after_users(s, da)
         da.use_on(s)
         if s._capture is not None:
-            s._capture.hold(dst)
+            s._capture.hold(dbuf)
         self.device.activate()
         if cross:
-            check(driver().p_cuMemcpyPeerAsync(dst._ptr + do, dst.device._context,
+            check(driver().p_cuMemcpyPeerAsync(dbuf._ptr + do, dbuf.device._context,
                                                self._ptr + so, self.device._context, n, s._handle),
                   "cuMemcpyPeerAsync")
             s.mark_use()
             order_after(da.stream, s)
             return
-        check(driver().p_cuMemcpyDtoDAsync(dst._ptr + do, self._ptr + so, n, s._handle), "cuMemcpyDtoDAsync")
+        check(driver().p_cuMemcpyDtoDAsync(dbuf._ptr + do, self._ptr + so, n, s._handle), "cuMemcpyDtoDAsync")
         s.mark_use()
 
-    def copy_from(self, Buffer src not None, nbytes=None, src_offset=0, dst_offset=0, stream=None):
-        """Device-to-device copy from ``src`` into this buffer; see :meth:`copy_to`."""
+    def copy_from(self, src, nbytes=None, src_offset=0, dst_offset=0, stream=None):
+        """Device-to-device copy from ``src`` (a Buffer) into this buffer; see :meth:`copy_to`."""
+        if not isinstance(src, Buffer):
+            raise ArgumentTypeError(f"Buffer.copy_from: src must be a Buffer, got {type(src).__name__} "
+                                    f"{short_repr(src)} (host memory: write(data); another library's array: "
+                                    "asbuffer(x))")
         src.copy_to(self, nbytes, src_offset, dst_offset, stream)
 
     def fill(self, value, stream=None):
@@ -490,6 +510,12 @@ cdef class Buffer:
         if not isinstance(key, slice):
             raise ArgumentTypeError("Buffer supports slices only, e.g. buf[16:32]")
         itemsize = self._dtype.itemsize if self._dtype is not None else 1
+        for part in (key.start, key.stop, key.step):
+            if part is not None and (isinstance(part, (bool, np.bool_)) or not hasattr(type(part), "__index__")):
+                raise ArgumentTypeError(f"Buffer slice bounds must be ints (elements) or None, got "
+                                        f"{type(part).__name__} {part!r:.40}")
+        if key.step is not None and key.step.__index__() != 1:
+            raise ArgumentValueError("Buffer slices must be contiguous (step 1)")
         start, stop, step = key.indices(self._nbytes // itemsize)
         if step != 1:
             raise ArgumentValueError("Buffer slices must be contiguous (step 1)")

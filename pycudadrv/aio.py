@@ -38,9 +38,12 @@ import time
 import weakref
 from collections import deque
 
+import numpy as np
+
 from pycudadrv._device import Device, get_current_device
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, StateError
 from pycudadrv._event import Event
+from pycudadrv._launch import PreparedLaunch
 from pycudadrv._stream import Stream
 from pycudadrv._uninit import initialised, missing
 
@@ -73,11 +76,16 @@ def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None,
         new["mode"] = mode
     for key, v in (("watchdog_ms", watchdog_ms), ("spin_us", spin_us), ("interval_ms", interval_ms)):
         if v is not None:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or \
-                    (v == 0 and key != "spin_us"):
+            try:
+                # numpy numbers are numbers; an int too large for a float is not finite
+                x = float(v) if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer,
+                                                                                       np.floating)) else None
+            except OverflowError:
+                x = math.inf
+            if x is None or not math.isfinite(x) or x < 0 or (x == 0 and key != "spin_us"):
                 raise ArgumentValueError(f"aio.set_completion: {key} must be a positive number (finite"
-                                         f"{'; 0 allowed' if key == 'spin_us' else ''}), got {v!r}")
-            new[key] = float(v)
+                                         f"{'; 0 allowed' if key == 'spin_us' else ''}), got {v!r:.40}")
+            new[key] = x
     _config.update(new)
     return prev
 
@@ -425,6 +433,9 @@ def launch(fn, grid, block, *args, stream=None, **launch_kw) -> GpuFuture:
     ``stream`` or the device policy's next stream; returns a
     :class:`GpuFuture` that keeps ``args`` alive until the GPU is done.
     Raises what :meth:`Function.launch` raises."""
+    if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "device", None), Device):
+        raise ArgumentTypeError(f"aio.launch takes a Function (module.function(name)) and its arguments, got "
+                                f"{type(fn).__name__} {fn!r:.40}")
     s = policy(fn.device).next_stream() if stream is None else _as_stream(stream, fn.device)
     fn.launch(grid, block, *args, stream=s, **launch_kw)
     return _new_future(f"kernel '{fn.name}'", s, args)
@@ -433,7 +444,16 @@ def launch(fn, grid, block, *args, stream=None, **launch_kw) -> GpuFuture:
 def submit(prepared, *, stream=None) -> GpuFuture:
     """Launch a :class:`PreparedLaunch` now, on its bound stream or on
     ``stream`` (``PreparedLaunch.launch_on``); returns a :class:`GpuFuture`
-    that keeps it (and its arguments) alive until the GPU is done."""
+    that keeps it (and its arguments) alive until the GPU is done.
+
+    Raises ArgumentTypeError for anything but a PreparedLaunch (a Function
+    goes to :func:`launch` with its arguments, or is bound first:
+    ``fn.bind(grid, block, *args)``)."""
+    if not isinstance(prepared, PreparedLaunch):
+        hint = " (a Function: aio.launch(fn, grid, block, *args), or fn.bind(...) first)" \
+            if callable(getattr(prepared, "bind", None)) else ""
+        raise ArgumentTypeError(f"aio.submit takes a PreparedLaunch (fn.bind(grid, block, *args)), got "
+                                f"{type(prepared).__name__}{hint}")
     if stream is None:
         prepared.launch()
         s = prepared.stream

@@ -385,6 +385,9 @@ class Queue:
         if isinstance(fn, PreparedLaunch):
             raise ArgumentTypeError("Queue.launch takes a Function and its arguments; submit a PreparedLaunch "
                                     "with Queue.submit(p)")
+        if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "name", None), str):
+            raise ArgumentTypeError(f"Queue.launch takes a Function (module.function(name)) and its arguments, got "
+                                    f"{type(fn).__name__} {fn!r:.40}")
         access, fresh = self._access(fn, args, reads, writes, f"Queue.launch of kernel '{fn.name}'")
         return self._issue(f"kernel '{fn.name}'", access, stream,
                            lambda s: fn.launch(grid, block, *args, stream=s, **launch_kw), args, fresh)
@@ -412,8 +415,18 @@ class Queue:
         host use :meth:`read`. Raises ArgumentValueError for a range outside
         either buffer (before any driver call), and as ``Buffer.copy_to`` /
         ``Buffer.write``."""
+        for what, v in (("nbytes", nbytes), ("src_offset", src_offset), ("dst_offset", dst_offset)):
+            if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))):
+                raise ArgumentTypeError(f"Queue.copy: {what} counts bytes and must be an int, got "
+                                        f"{type(v).__name__} {v!r:.40}")
+        if not isinstance(dst, Buffer):
+            raise ArgumentTypeError(f"Queue.copy: dst must be a Buffer, got {type(dst).__name__} (device to host: "
+                                    "Queue.read)")
         if not isinstance(src, Buffer):
             host = np.asarray(src)
+            if host.dtype.hasobject or host.dtype.kind in "OUSM":
+                raise ArgumentTypeError(f"Queue.copy: a host source must be numbers or bytes (buffer protocol), "
+                                        f"got {type(src).__name__}")
             n = host.nbytes
             if nbytes is not None and int(nbytes) != n:
                 raise ArgumentValueError(f"Queue.copy: a host source is copied whole ({n} bytes), nbytes={nbytes} "

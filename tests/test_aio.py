@@ -281,6 +281,21 @@ def test_bad_arguments_are_refused(fake):
         aio.DevicePolicy(streams=0)
     with pytest.raises(cd.ArgumentTypeError, match="next_stream"):
         aio.set_policy(object())
+    prev = aio.get_completion()
+    for key in ("watchdog_ms", "spin_us", "interval_ms"):
+        with pytest.raises(cd.ArgumentValueError, match=f"{key} must be a positive number"):
+            aio.set_completion(**{key: 10 ** 400})        # too large for a float: not finite
+    assert aio.get_completion() == prev
+    try:
+        aio.set_completion(watchdog_ms=np.float32(7.5), spin_us=np.int32(3))    # numpy numbers are numbers
+        assert aio.get_completion()["watchdog_ms"] == 7.5 and aio.get_completion()["spin_us"] == 3.0
+    finally:
+        aio.set_completion(**prev)
+    for bad in (None, object()):
+        with pytest.raises(cd.ArgumentTypeError, match="aio.submit takes a PreparedLaunch"):
+            aio.submit(bad)
+        with pytest.raises(cd.ArgumentTypeError, match="aio.launch takes a Function"):
+            aio.launch(bad, 1, 1)
 
 
 def test_the_default_policy_takes_its_streams_in_turn(fake):

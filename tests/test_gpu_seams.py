@@ -922,3 +922,84 @@ def test_fill_refuses_values_it_would_silently_change(rng):
     assert (u8.to_numpy() == 2).all()
     u8.fill(True)
     assert (u8.to_numpy() == 1).all()
+
+
+# --- 11. bad input is a pycudadrv error naming what is wrong, never a bare TypeError ----------------
+
+class _RaisingProducer:
+    def __init__(self, where):
+        self.where = where
+
+    def __dlpack__(self, *, stream=None, **kw):
+        if self.where == "dlpack":
+            raise RuntimeError("producer exploded")
+        return cd.Buffer.zeros(4, np.float32).__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        if self.where == "device":
+            raise RuntimeError("producer exploded")
+        return (2, 2 ** 70) if self.where == "huge" else (2, 0)
+
+
+class _OldDLPack:
+    """A producer older than DLPack 0.6: __dlpack__ takes no stream keyword."""
+
+    def __init__(self, buf):
+        self.buf = buf
+
+    def __dlpack__(self):
+        return self.buf.__dlpack__()
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_bad_input_gets_a_pycudadrv_error_naming_what_is_wrong(mod, rng):
+    b = cd.Buffer.zeros(16, np.float32)
+    s = cd.Stream()
+    with s.capture() as g:
+        mod.function("twice").launch(1, 16, b, b, 16, stream=s)
+    q = cd.Queue(streams=2)
+    cases = [
+        (lambda: b.write(None), cd.ArgumentTypeError, "numbers or bytes"),
+        (lambda: b.write([object()]), cd.ArgumentTypeError, "numbers or bytes"),
+        (lambda: b.read(out=[0] * 64), cd.ArgumentTypeError, "writable host memory"),
+        (lambda: b.read(out=bytes(64)), cd.ArgumentValueError, "read-only"),
+        (lambda: b.copy_to(None), cd.ArgumentTypeError, "dst must be a Buffer"),
+        (lambda: b.copy_to(np.zeros(16, np.float32)), cd.ArgumentTypeError, "dst must be a Buffer"),
+        (lambda: b.copy_from([1.0]), cd.ArgumentTypeError, "src must be a Buffer"),
+        (lambda: b["a":], cd.ArgumentTypeError, "slice bounds must be ints"),
+        (lambda: b[1.5:], cd.ArgumentTypeError, "slice bounds must be ints"),
+        (lambda: b[::0], cd.ArgumentValueError, "step 1"),
+        (lambda: cd.Stream(2 ** 70), cd.ArgumentValueError, "out of range"),
+        (lambda: cd.Buffer.empty(4, device=2 ** 70), cd.ArgumentValueError, "out of range"),
+        (lambda: g.set_kernel_arg("0", 0, b), cd.ArgumentTypeError, "index must be an int"),
+        (lambda: g.set_kernel_arg(0, 1.0, b), cd.ArgumentTypeError, "arg must be an int"),
+        (lambda: g.set_kernel_arg(2 ** 70, 0, b), cd.ArgumentIndexError, "out of range"),
+        (lambda: g.kernel(0.0), cd.ArgumentTypeError, "index must be an int"),
+        (lambda: q.launch(None, 1, 1), cd.ArgumentTypeError, "Queue.launch takes a Function"),
+        (lambda: q.copy(b, b, nbytes="x"), cd.ArgumentTypeError, "nbytes counts bytes"),
+        (lambda: q.copy(b, b, nbytes=1.9), cd.ArgumentTypeError, "nbytes counts bytes"),
+        (lambda: q.copy([object()], b), cd.ArgumentTypeError, "numbers or bytes"),
+        (lambda: q.copy(b, np.zeros(4)), cd.ArgumentTypeError, "dst must be a Buffer"),
+    ]
+    for where in ("dlpack", "device", "huge"):
+        x = _RaisingProducer(where)
+        match = "names device" if where == "huge" else "raised RuntimeError: producer exploded"
+        cases += [(lambda x=x: mod.function("twice").launch(1, 16, b, x, 16), cd.ArgumentTypeError, match),
+                  (lambda x=x: cd.asbuffer(x), cd.ArgumentTypeError, match)]
+    for k, (call, err, match) in enumerate(cases):
+        with pytest.raises(err, match=match):
+            call()
+    assert (b.to_numpy() == 0).all()
+    q.synchronize()
+
+
+def test_a_producer_older_than_dlpack_0_6_is_used_as_it_is(mod, rng):
+    a = rng.standard_normal(N).astype(np.float32)
+    src = cd.Buffer.from_numpy(a)
+    src.stream.synchronize()
+    out = nan_buffer(N)
+    mod.function("twice").launch(grid_of(N), 256, out, _OldDLPack(src), N)
+    np.testing.assert_allclose(out.to_numpy(), 2.0 * a.astype(np.float64), rtol=1e-6)
+    assert np.array_equal(cd.asbuffer(_OldDLPack(src)).to_numpy().view(np.float32), a)
