@@ -266,7 +266,9 @@ cdef class HostBuffer:
         if self._exports:
             drain_host_keeps()         # copies pycudadrv keeps a view of it for: wait for them, let go
         if self._exports:
-            raise BufferInUseError(f"HostBuffer.close(): {self._exports} numpy view(s) of it are still alive")
+            raise BufferInUseError(f"HostBuffer.close(): {self._exports} numpy view(s) of it are still alive "
+                                   "(yours, or a graph's that captured a copy from or to it: graph.close() lets "
+                                   "go of those)")
         self._closed = True
         if self._ptr != NULL:
             _free_host(self._ptr, True)

@@ -18,7 +18,7 @@ from pycudadrv._dlpack cimport import_capsule
 import numpy as np
 from pycudadrv._dlpack import KDL_CUDA, KDL_CUDA_MANAGED
 from pycudadrv._env import foreign_sync_enabled
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, short_repr
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, short_repr
 
 __all__ = ["asbuffer", "data_pointer"]
 
@@ -172,13 +172,19 @@ cdef int _check_producer_capture(uintptr_t h, Stream s, object obj) except -1:
 
 
 cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1:
+    cdef ReadyEvent r
     if cai is not None and "stream" in cai:
         h = _cai_stream(cai, obj)          # checked even where nothing is ordered (a graph update)
         if s is None or not foreign_sync_enabled():
             return 0
         if h is not None and h != <uintptr_t>s._handle:
-            _check_producer_capture(<uintptr_t>h, s, obj)
-            ready_event(<CUstream><uintptr_t>h, dev).wait_on(s)
+            try:
+                _check_producer_capture(<uintptr_t>h, s, obj)
+                r = ready_event(<CUstream><uintptr_t>h, dev)
+            except CudaError as e:
+                raise ArgumentTypeError(f"{type(obj).__name__}: its __cuda_array_interface__ 'stream' 0x{h:x} is "
+                                        f"not a live stream of this context (the driver says: {e})") from e
+            r.wait_on(s)
         return 0
     if s is None or not foreign_sync_enabled():
         return 0
@@ -387,8 +393,13 @@ def asbuffer(obj, *, device=None):
     cdef ReadyEvent ready = None
     if foreign_sync_enabled():
         if producer is not None:          # CAI v3: the producer's work so far
-            _check_producer_capture(<uintptr_t>producer, None, obj)    # its users are not known yet
-            ready = ready_event(<CUstream><uintptr_t>producer, dev)
+            try:
+                _check_producer_capture(<uintptr_t>producer, None, obj)    # its users are not known yet
+                ready = ready_event(<CUstream><uintptr_t>producer, dev)
+            except CudaError as e:
+                raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: its __cuda_array_interface__ 'stream' "
+                                        f"0x{producer:x} is not a live stream of this context (the driver says: "
+                                        f"{e})") from e
         elif "stream" not in cai and callable(getattr(obj, "__dlpack__", None)):
             _release_capsule(_call_dlpack(obj, int(<uintptr_t>_sync_stream(dev)._handle) or 1, "asbuffer"), obj)
             ready = ready_event((<Stream>_sync_stream(dev))._handle, dev)

@@ -11,7 +11,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
-from pycudadrv._stream cimport Stream, Capture, begin_capture
+from pycudadrv._stream cimport Stream, Capture, begin_capture, order_after
 from pycudadrv._ordering cimport ReadyEvent
 from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, marshal, pycudadrv_arena, pycudadrv_arena_init,
@@ -348,8 +348,16 @@ cdef class DeviceLoop(CapturedGraph):
         if self._state is None:
             raise StateError("this DeviceLoop is not initialised: make one with stream.loop(...)")
         # On the stream of the last launch (which may be another than the capture stream): the words
-        # are those that launch wrote.
-        return self._state.to_numpy(stream=self._last_launch if self._last_launch is not None else self._stream)
+        # are those that launch wrote. Once that stream is closed, the capture stream waits for its
+        # last work (the event its close recorded) and reads.
+        cdef Stream last = self._last_launch if self._last_launch is not None else self._stream
+        if last._closed and last is not self._stream and not self._stream._closed:
+            order_after(self._stream, last)
+            last = self._stream
+        if last._closed:
+            raise ClosedError(f"{self!r}: the stream its last launch ran on ({last!r}) is closed, and so is its "
+                              "capture stream: nothing is left to read its iteration count on")
+        return self._state.to_numpy(stream=last)
 
     @property
     def iterations(self):

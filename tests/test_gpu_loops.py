@@ -281,3 +281,16 @@ def test_heat_job_gives_the_same_bits_every_way_and_matches_numpy():
     for m in heat.MODES:
         np.testing.assert_array_equal(out[m], out["prepared"], err_msg=m)
     assert heat.rel_error(out["prepared"], ref) < 1e-5
+
+
+def test_a_loops_iterations_are_read_after_the_stream_of_its_last_launch_was_closed(mod):
+    s = cd.Stream()
+    v = cd.Buffer.from_numpy(np.array([10.0], np.float32), stream=s)
+    with s.loop(until=cd.when(v, "<", 3.5), max_iterations=100) as loop:
+        mod.function("count_down").launch(1, 1, v, 1.0, stream=s)
+    other = cd.Stream()
+    other.wait(cd.Event(timing=False).record(s))
+    loop.launch(other)
+    other.close()              # its work still completes; the count is read after it, on the capture stream
+    assert loop.iterations == 7 and loop.converged is True
+    assert float(v.to_numpy(stream=s)[0]) == 3.0
