@@ -64,6 +64,8 @@ cdef tuple _FILL_KINDS = ("b", "i", "u", "f", "c")
 
 cdef object _fill_value(object value, object dt):
     """`value` as the numpy scalar whose bytes fill() repeats (Buffer.fill's rules)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]              # a 0-d array is its scalar
     if isinstance(value, np.generic):
         if value.dtype.kind not in _FILL_KINDS or value.dtype in (np.longdouble, np.clongdouble):
             raise ArgumentTypeError(f"fill: a {value.dtype} value is not a type of device data; give a numpy "

@@ -97,4 +97,4 @@ def stream_arguments(args: tuple, kwargs: dict) -> tuple:
     except TypeError:
         raise ArgumentTypeError(f"Stream: priority must be an int (lower numbers are higher priority, 0 is the "
                                 f"default), got {type(priority).__name__} {short_repr(priority)}") from None
-    return device, bool(nonblocking), priority
+    return device, _bool(nonblocking, "nonblocking", "Stream"), priority

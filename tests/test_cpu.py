@@ -84,7 +84,8 @@ def test_stream_arguments_are_checked_before_the_driver_is_needed():
         calls = [lambda: cd.Stream(priority=True), lambda: cd.Stream(priority=np.True_),
                  lambda: cd.Stream(priority="high"), lambda: cd.Stream(priority=-1.0),
                  lambda: cd.Stream(priority=None), lambda: cd.Stream(prio=-1),
-                 lambda: cd.Stream(prio=-1, flags=1), lambda: cd.Stream(0, True), lambda: cd.Stream(0, device=0)]
+                 lambda: cd.Stream(prio=-1, flags=1), lambda: cd.Stream(0, True), lambda: cd.Stream(0, device=0),
+                 lambda: cd.Stream(nonblocking="no")]
         for call in calls:
             try:
                 call()
@@ -108,6 +109,7 @@ def test_stream_arguments_are_checked_before_the_driver_is_needed():
         "Stream() takes the device as its only positional argument (nonblocking= and priority= are keywords), "
         "got 2 positional arguments",
         "Stream() got the device twice: positionally and as device=",
+        "Stream: nonblocking must be True or False, got 'no'",
         "a valid priority reaches the driver",
     ]
     assert "__cinit__" not in r.stdout + r.stderr

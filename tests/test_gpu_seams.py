@@ -922,6 +922,10 @@ def test_fill_refuses_values_it_would_silently_change(rng):
     assert (u8.to_numpy() == 2).all()
     u8.fill(True)
     assert (u8.to_numpy() == 1).all()
+    f32.fill(np.array(2.5))                  # a 0-d array is its scalar; a 1-d one is not a fill value
+    assert (f32.to_numpy() == 2.5).all()
+    with pytest.raises(cd.ArgumentTypeError, match="must be a number"):
+        f32.fill(np.array([1.0, 2.0]))
 
 
 # --- 11. bad input is a pycudadrv error naming what is wrong, never a bare TypeError ----------------
