@@ -62,14 +62,19 @@ cdef int _check_writable(Buffer b, str who) except -1:
 cdef tuple _FILL_KINDS = ("b", "i", "u", "f", "c")
 
 
-cdef object _fill_value(object value, object dt):
+cdef object _fill_value(object value, object dt, bint has_dtype):
     """`value` as the numpy scalar whose bytes fill() repeats (Buffer.fill's rules)."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]              # a 0-d array is its scalar
+        value = value.item()           # a 0-d array is its value, converted as a Python number is
     if isinstance(value, np.generic):
         if value.dtype.kind not in _FILL_KINDS or value.dtype in (np.longdouble, np.clongdouble):
             raise ArgumentTypeError(f"fill: a {value.dtype} value is not a type of device data; give a numpy "
                                     "scalar of a bool, integer, float or complex type of 1-16 bytes")
+        if has_dtype and value.dtype.itemsize > dt.itemsize:
+            raise ArgumentValueError(f"fill: a {value.dtype} value ({value.dtype.itemsize} bytes) for a buffer of "
+                                     f"{dt} ({dt.itemsize}-byte elements) would repeat its bytes across elements; "
+                                     f"give {dt.type.__name__}(v) or a Python number (or fill a raw view for a "
+                                     "bit pattern)")
         return value
     if not isinstance(value, (int, float, complex)):
         raise ArgumentTypeError(f"fill: the value must be a number (int, float, complex, bool) or a numpy scalar, "
@@ -449,8 +454,12 @@ cdef class Buffer:
         16-byte pattern, such as a float64 NaN, with one ``cuMemsetD2D32Async``
         per 4-byte word, strided by the pattern's size).
 
-        ``value`` is a numpy scalar of 1, 2, 4, 8 or 16 bytes, or a Python
-        number converted to this buffer's dtype (uint8 bytes when none is set).
+        ``value`` is a Python number (or 0-d array) converted to this
+        buffer's dtype (uint8 bytes when none is set), or a numpy scalar of 1,
+        2, 4, 8 or 16 bytes whose bytes are repeated as they are (a bit
+        pattern: ``np.uint32(0x7FC00000)`` into float32); with a dtype set it
+        may not be larger than an element (``np.float64`` into float32 would
+        straddle two elements).
         ``nbytes`` must be a multiple of the value's size.
 
         Raises ArgumentValueError for other pattern sizes, sizes that do not
@@ -462,7 +471,7 @@ cdef class Buffer:
         or a numpy scalar of no device type (object, str, longdouble)."""
         self.ensure_open()
         _check_writable(self, "Buffer.fill")
-        v = _fill_value(value, self._dtype if self._dtype is not None else np.dtype(np.uint8))
+        v = _fill_value(value, self._dtype if self._dtype is not None else np.dtype(np.uint8), self._dtype is not None)
         raw = np.asarray(v).tobytes()
         full = len(raw)
         if len(raw) == 16 and raw[:8] == raw[8:]:

@@ -922,8 +922,12 @@ def test_fill_refuses_values_it_would_silently_change(rng):
     assert (u8.to_numpy() == 2).all()
     u8.fill(True)
     assert (u8.to_numpy() == 1).all()
-    f32.fill(np.array(2.5))                  # a 0-d array is its scalar; a 1-d one is not a fill value
+    f32.fill(np.array(2.5))                  # a 0-d array is its value; a 1-d one is not a fill value
     assert (f32.to_numpy() == 2.5).all()
+    with pytest.raises(cd.ArgumentValueError, match="8 bytes.*4-byte elements"):
+        f32.fill(np.float64(2.5))            # its 8 bytes would straddle two float32 elements
+    f32.fill(np.uint32(0x7FC00000))          # a bit pattern of the element size is taken as it is
+    assert np.isnan(f32.to_numpy()).all()
     with pytest.raises(cd.ArgumentTypeError, match="must be a number"):
         f32.fill(np.array([1.0, 2.0]))
 
