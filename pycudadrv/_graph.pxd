@@ -12,6 +12,8 @@ cdef class CapturedGraph:
     cdef list _kernels               # per captured launch: (node, fn, grid, block, shmem, args, devnode)
     cdef tuple _module_lives         # the Lifetimes of the modules its kernels come from (one per module)
     cdef list _roots                 # Allocations whose frees wait until the graph is closed
+    cdef dict _updates               # per launch index: (objects, Allocations) its last set_kernel_args
+                                     # installed, let go of (after the launches so far) by the next one
     cdef list _launch_streams        # streams it was launched on (frees of held memory wait for them)
     cdef Stream _last_launch
     cdef list _after_end             # callables run on the ended graph before it is instantiated
@@ -27,4 +29,5 @@ cdef class CapturedGraph:
     # hooks, instantiate (and upload). `g` is owned from here on.
     cdef int adopt(self, CUgraph g, Capture c) except -1
     cdef int _release(self, bint raise_errors) except -1
+    cdef int _let_go(self, tuple entry) except -1
     cdef int _destroy(self, bint raise_errors) except -1

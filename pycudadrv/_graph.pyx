@@ -17,6 +17,7 @@ from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, 
                                  pycudadrv_arena_init, pycudadrv_arena_release)
 from pycudadrv._launch cimport Function, launch_releases_gil
 from pycudadrv._interop cimport take_dlpack_owners
+from pycudadrv._host cimport keep_until_done
 from pycudadrv._kernel cimport KernelBase
 
 import numpy as np
@@ -54,6 +55,10 @@ def graph_memory_used(device=None):
     check(driver().p_cuDeviceGetGraphMemAttribute(dev._handle, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v),
           "cuDeviceGetGraphMemAttribute")
     return v
+
+
+# Arguments whose bytes are all a kernel node needs (nothing to keep alive for it).
+cdef tuple _SCALARS = (int, float, complex, bytes, bytearray, np.generic)
 
 
 cdef int _hold(CapturedGraph g, Allocation a) except -1:
@@ -115,6 +120,7 @@ cdef class CapturedGraph:
         # here too (DeviceLoop's own arguments come on top, for its __init__).
         self._held, self._kernels, self._roots, self._launch_streams, self._after_end = [], [], [], [], []
         self._module_lives = ()
+        self._updates = {}
         stream = args[0] if args else kwargs.get("stream")
         mode = args[1] if len(args) > 1 else kwargs.get("mode", "thread_local")
         if not isinstance(stream, Stream):
@@ -303,8 +309,10 @@ cdef class CapturedGraph:
         """Replace all arguments of the ``index``-th captured kernel launch in
         the instantiated graph (``cuGraphExecKernelNodeSetParams``); the next
         ``launch()`` uses them. Arguments follow the same rules as
-        :meth:`Function.launch` and are kept alive by the graph. Either the
-        update applies whole or nothing changes.
+        :meth:`Function.launch` and are kept alive by the graph until a later
+        update of the same launch replaces them (then their memory is let go
+        of after the launches queued so far, so a loop of updates keeps one
+        set, not all). Either the update applies whole or nothing changes.
 
         Raises
         ------
@@ -356,12 +364,24 @@ cdef class CapturedGraph:
             pycudadrv_arena_release(&arena)
             free(inferred)
             exports = take_dlpack_owners()      # the node now uses them: kept as long as the graph
-        self._held.extend(exports)
-        self._held.extend(args)
+        # What the node now reads: Buffers' allocations (held) and other libraries' arrays and their
+        # exports (kept alive); scalars are bytes in the node already. The previous update's are let go
+        # of once the launches so far have run, so a loop of updates does not grow the graph.
+        cdef Allocation alloc
+        roots = []
+        objs = list(exports)
         for a in args:
             if isinstance(a, Buffer):
-                _hold(self, (<Buffer>a)._alloc)
+                alloc = (<Buffer>a)._alloc
+                alloc.add_hold()
+                roots.append(alloc)
+            elif not isinstance(a, _SCALARS) and a is not None:
+                objs.append(a)
+        old_entry = self._updates.get(index)
+        self._updates[index] = (objs, roots)
         self._kernels[index] = (node, fn, grid, block, shmem, tuple(args), devnode)
+        if old_entry is not None:
+            self._let_go(<tuple>old_entry)
         if self._device_updated:
             self._upload_first = True
 
@@ -395,9 +415,34 @@ cdef class CapturedGraph:
         check(driver().p_cuGraphDebugDotPrint(self._graph, p, 1 if verbose else 0), "cuGraphDebugDotPrint")
         return path
 
+    cdef int _let_go(self, tuple entry) except -1:
+        """Let go of what an earlier update installed, after the launches queued so far: the
+        frees of its allocations wait for every stream the graph ran on, its objects are kept
+        until those streams pass this point (forever where one of them is closed)."""
+        cdef Allocation a
+        objs, roots = entry
+        streams = [self._stream] + list(self._launch_streams)
+        for obj in roots:
+            a = <Allocation>obj
+            for s in streams:
+                a.note_use(<Stream>s)
+            a.release_hold()
+        if objs:
+            if any((<Stream>s)._closed for s in streams):
+                self._held.extend(objs)
+                return 0
+            for s in streams:
+                if not keep_until_done(<Stream>s, tuple(objs)):
+                    self._held.extend(objs)      # a capture forbids the event: kept with the graph
+                    return 0
+        return 0
+
     cdef int _release(self, bint raise_errors) except -1:
         """Let go of the held allocations: frees wait for every stream the graph ran on."""
         cdef Allocation a
+        updates, self._updates = self._updates, {}
+        for objs, entry_roots in updates.values():
+            self._roots.extend(entry_roots)      # each carries its own hold, released below
         roots, self._roots = self._roots, []
         streams, self._launch_streams = self._launch_streams, []
         for obj in roots:

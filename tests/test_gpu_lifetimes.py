@@ -2,6 +2,7 @@
 issue, each with the test that proves it (real driver, real kernels, values
 checked against NumPy on fresh random input, outputs poisoned)."""
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -121,6 +122,31 @@ def test_a_graph_or_device_loop_of_an_unloaded_module_refuses_to_replay(rng):
     assert np.isnan(out.to_numpy(stream=s)).all()
     g.close()
     loop.close()
+
+
+def test_graph_updates_let_go_of_the_buffers_they_replaced(rng):
+    """A simulation loop that points a graph at a fresh buffer each step keeps one, not all."""
+    m = cd.compile(SRC).load()
+    fn = m.function("scale")
+    s = cd.Stream()
+    n = 256
+    out = poisoned(n, stream=s)
+    with s.capture() as g:
+        fn.launch(1, n, out, cd.Buffer.zeros(n, np.float32, stream=s), 2.0, n, stream=s)
+    refs = []
+    for step in range(6):
+        a = rng.standard_normal(n).astype(np.float32)
+        x = cd.Buffer.from_numpy(a, stream=s)
+        refs.append(weakref.ref(next(r for r in gc.get_referents(x) if type(r).__name__ == "Allocation")))
+        g.set_kernel_arg(0, 1, x)
+        out.fill(np.float32(np.nan), stream=s)
+        g.launch()
+        np.testing.assert_allclose(out.to_numpy(stream=s), 2.0 * a.astype(np.float64), rtol=1e-6)
+        del x
+    s.synchronize()
+    gc.collect()
+    assert [r() is not None for r in refs] == [False] * 5 + [True]
+    g.close()
 
 
 # --- rule: nothing holds a dangling pointer ---------------------------------------------
