@@ -248,8 +248,11 @@ cdef class Buffer:
             try:
                 obj = memoryview(obj)
             except TypeError:
-                raise ArgumentTypeError(f"{name}: out must be writable host memory (a numpy array, bytearray, "
-                                        f"HostBuffer.array), got {type(obj).__name__}") from None
+                arr = np.asarray(obj) if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__") else None
+                if arr is None or arr.base is None:       # no memory of its own to share: a copy
+                    raise ArgumentTypeError(f"{name}: out must be writable host memory (a numpy array, "
+                                            f"bytearray, HostBuffer.array), got {type(obj).__name__}") from None
+                obj = arr
         arr = np.asarray(obj)
         if arr.dtype.hasobject or arr.dtype.kind in "OUSM":
             raise ArgumentTypeError(f"{name}: host data must be numbers or bytes (buffer protocol), got "
