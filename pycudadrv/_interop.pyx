@@ -6,9 +6,7 @@ from libc.stdint cimport uintptr_t, uint64_t
 from cpython.pythread cimport PyThread_get_thread_ident
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device, get_device, as_device
-from pycudadrv._driver cimport driver, check
-from pycudadrv._driver_api cimport pycudadrv_driver_api
-from pycudadrv._stream cimport Stream, capture_info
+from pycudadrv._stream cimport Stream, capture_info, handle_capture_info
 from pycudadrv._ordering cimport ReadyEvent, ready_event
 from pycudadrv._host cimport keep_until_done
 from pycudadrv._alloc cimport Allocation, foreign
@@ -146,45 +144,42 @@ cdef int _check_producer_capture(uintptr_t h, Stream s, object obj) except -1:
     """Refuse a producer stream that is being captured when `s` is not in that capture: an
     event recorded there and waited for on `s` would pull `s` (and all its later work) into
     the capture, which then fails at its end (unjoined work)."""
-    cdef pycudadrv_driver_api* d = driver()
-    cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
     cdef cuuint64_t pid = 0, sid = 0
-    cdef CUgraph g = NULL
-    cdef const CUgraphNode* deps = NULL
-    cdef const CUgraphEdgeData* edges = NULL
-    cdef size_t ndeps = 0
     if h == 1:
         return 0                      # the legacy default stream is never captured
-    if d.p_cuStreamGetCaptureInfo != NULL:
-        check(d.p_cuStreamGetCaptureInfo(<CUstream>h, &st, &pid, &g, &deps, &edges, &ndeps),
-              "cuStreamGetCaptureInfo")
-    else:
-        check(d.p_cuStreamIsCapturing(<CUstream>h, &st), "cuStreamIsCapturing")
+    cdef CUstreamCaptureStatus st = handle_capture_info(<CUstream>h, &pid, NULL)
     if st == CU_STREAM_CAPTURE_STATUS_NONE:
         return 0
-    if s is not None and s._handle != NULL and capture_info(s, &sid, NULL) == CU_STREAM_CAPTURE_STATUS_ACTIVE \
-            and st == CU_STREAM_CAPTURE_STATUS_ACTIVE and (sid == pid or d.p_cuStreamGetCaptureInfo == NULL):
-        return 0                      # both in one capture: the event wait joins them, as a fork does
+    # Both in one capture: the event wait joins them, as a fork does (without capture ids, from an
+    # older driver, any two active captures are taken as one).
+    if s is not None and s._handle != NULL and st == CU_STREAM_CAPTURE_STATUS_ACTIVE and \
+            capture_info(s, &sid, NULL) == CU_STREAM_CAPTURE_STATUS_ACTIVE and sid == pid:
+        return 0
     where = f"the launch stream {s!r}" if s is not None else "a stream outside it"
     raise CaptureError(f"{type(obj).__name__}: its __cuda_array_interface__ 'stream' 0x{h:x} is being captured "
                        f"into a graph and {where} is not part of that capture: waiting for it would pull the "
                        "stream into the capture. Use the array on the capturing stream, or after the capture ended")
 
 
+cdef ReadyEvent _producer_ready(uintptr_t h, Stream s, object obj, Device dev):
+    """The ready point of a CAI v3 producer stream `h` (for consumers on `s`; None: not known
+    yet): refused while it is captured outside `s`'s capture, and an ArgumentTypeError naming
+    the handle where the driver does not know it."""
+    try:
+        _check_producer_capture(h, s, obj)
+        return ready_event(<CUstream>h, dev)
+    except CudaError as e:
+        raise ArgumentTypeError(f"{type(obj).__name__}: its __cuda_array_interface__ 'stream' 0x{h:x} is not a "
+                                f"live stream of this context (the driver says: {e})") from e
+
+
 cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1:
-    cdef ReadyEvent r
     if cai is not None and "stream" in cai:
         h = _cai_stream(cai, obj)          # checked even where nothing is ordered (a graph update)
         if s is None or not foreign_sync_enabled():
             return 0
         if h is not None and h != <uintptr_t>s._handle:
-            try:
-                _check_producer_capture(<uintptr_t>h, s, obj)
-                r = ready_event(<CUstream><uintptr_t>h, dev)
-            except CudaError as e:
-                raise ArgumentTypeError(f"{type(obj).__name__}: its __cuda_array_interface__ 'stream' 0x{h:x} is "
-                                        f"not a live stream of this context (the driver says: {e})") from e
-            r.wait_on(s)
+            _producer_ready(<uintptr_t>h, s, obj, dev).wait_on(s)
         return 0
     if s is None or not foreign_sync_enabled():
         return 0
@@ -392,14 +387,11 @@ def asbuffer(obj, *, device=None):
     cdef Device dev = as_device(device)
     cdef ReadyEvent ready = None
     if foreign_sync_enabled():
-        if producer is not None:          # CAI v3: the producer's work so far
+        if producer is not None:          # CAI v3: the producer's work so far (its users are not known yet)
             try:
-                _check_producer_capture(<uintptr_t>producer, None, obj)    # its users are not known yet
-                ready = ready_event(<CUstream><uintptr_t>producer, dev)
-            except CudaError as e:
-                raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: its __cuda_array_interface__ 'stream' "
-                                        f"0x{producer:x} is not a live stream of this context (the driver says: "
-                                        f"{e})") from e
+                ready = _producer_ready(<uintptr_t>producer, None, obj, dev)
+            except ArgumentTypeError as e:
+                raise ArgumentTypeError(f"asbuffer: {e}") from e.__cause__
         elif "stream" not in cai and callable(getattr(obj, "__dlpack__", None)):
             _release_capsule(_call_dlpack(obj, int(<uintptr_t>_sync_stream(dev)._handle) or 1, "asbuffer"), obj)
             ready = ready_event((<Stream>_sync_stream(dev))._handle, dev)

@@ -71,6 +71,8 @@ cdef class Capture:
 # capture's id in cid[0] (0 when unknown) and the one node captured work depends on now (or NULL) in
 # last[0], for the pointers that are not NULL.
 cdef CUstreamCaptureStatus capture_info(Stream s, cuuint64_t* cid, CUgraphNode* last) except? -1
+# The same for a raw handle (another library's stream).
+cdef CUstreamCaptureStatus handle_capture_info(CUstream h, cuuint64_t* cid, CUgraphNode* last) except? -1
 
 # Begin a capture on `stream` (cuStreamBeginCapture, or ...ToGraph when target != NULL).
 cdef Capture begin_capture(Stream stream, str mode, bint pdl, CUgraph target)

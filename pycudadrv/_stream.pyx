@@ -555,6 +555,10 @@ cdef unsigned long long _capture_id(Stream s) except? 0:
 
 
 cdef CUstreamCaptureStatus capture_info(Stream s, cuuint64_t* cid, CUgraphNode* last) except? -1:
+    return handle_capture_info(s._handle, cid, last)
+
+
+cdef CUstreamCaptureStatus handle_capture_info(CUstream h, cuuint64_t* cid, CUgraphNode* last) except? -1:
     cdef pycudadrv_driver_api* d = driver()
     cdef CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE
     cdef cuuint64_t id_ = 0
@@ -563,9 +567,9 @@ cdef CUstreamCaptureStatus capture_info(Stream s, cuuint64_t* cid, CUgraphNode* 
     cdef const CUgraphEdgeData* edges = NULL
     cdef size_t ndeps = 0
     if d.p_cuStreamGetCaptureInfo == NULL:
-        check(d.p_cuStreamIsCapturing(s._handle, &st), "cuStreamIsCapturing")
+        check(d.p_cuStreamIsCapturing(h, &st), "cuStreamIsCapturing")
     else:
-        check(d.p_cuStreamGetCaptureInfo(s._handle, &st, &id_, &g, &deps, &edges, &ndeps), "cuStreamGetCaptureInfo")
+        check(d.p_cuStreamGetCaptureInfo(h, &st, &id_, &g, &deps, &edges, &ndeps), "cuStreamGetCaptureInfo")
     if cid != NULL:
         cid[0] = id_
     if last != NULL:
