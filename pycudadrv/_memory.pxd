@@ -18,7 +18,6 @@ cdef class Buffer:
 
     # Raises ClosedError (naming why) if this buffer or the allocation it views was closed.
     cdef int ensure_open(self) except -1
-    cdef _host_view(self, obj, bint writable, name)
     cdef Stream _copy_stream(self, object stream)
 
 # The one way to make a Buffer: a view of `alloc` over [ptr, ptr + nbytes) (a sub-range of

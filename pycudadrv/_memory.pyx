@@ -15,6 +15,7 @@ from pycudadrv._host cimport HostBuffer, is_pinned
 from pycudadrv._alloc cimport Allocation, allocate
 from pycudadrv._dlpack cimport export_capsule, check_export_request
 
+import math
 import numpy as np
 from pycudadrv._host import shape_and_nbytes
 from pycudadrv._ordering import alloc_trace
@@ -40,7 +41,33 @@ cdef Buffer buffer_over(Allocation alloc, CUdeviceptr ptr, size_t nbytes, object
     return b
 
 
-cdef size_t _byte_arg(object v, str name, str who) except? 0xFFFFFFFFFFFFFFFF:
+cpdef object _host_array(object obj, bint writable, str name):
+    """`obj` (host data to copy from, or with `writable` memory to copy into) as a C-contiguous
+    numpy array over the same memory; ArgumentTypeError/ArgumentValueError naming `name` and
+    what is wrong otherwise. Used by Buffer's copies and Queue.copy."""
+    if writable and not isinstance(obj, np.ndarray):
+        # Memory to write into: anything numpy would copy first (a list) would lose the data.
+        try:
+            obj = memoryview(obj)
+        except TypeError:
+            arr = np.asarray(obj) if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__") else None
+            if arr is None or arr.base is None:       # no memory of its own to share: a copy
+                raise ArgumentTypeError(f"{name}: out must be writable host memory (a numpy array, "
+                                        f"bytearray, HostBuffer.array), got {type(obj).__name__}") from None
+            obj = arr
+    arr = np.asarray(obj)
+    if arr.dtype.hasobject or arr.dtype.kind in "OUSM":
+        raise ArgumentTypeError(f"{name}: host data must be numbers or bytes (buffer protocol), got "
+                                f"{type(obj).__name__} {short_repr(obj)}")
+    if not arr.flags.c_contiguous:
+        raise ArgumentValueError(f"{name}: host array must be C-contiguous (got strides {arr.strides}); "
+                                 "a solid copy would overwrite its neighbours")
+    if writable and not arr.flags.writeable:
+        raise ArgumentValueError(f"{name}: host array is read-only")
+    return arr
+
+
+cpdef size_t _byte_arg(object v, str name, str who) except? 0xFFFFFFFFFFFFFFFF:
     """An offset or size argument of the copy family: an int (numpy ints too) of bytes, never
     negative; a float or bool is refused (slicing counts elements, these count bytes)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
@@ -62,15 +89,17 @@ cdef int _check_writable(Buffer b, str who) except -1:
 cdef tuple _FILL_KINDS = ("b", "i", "u", "f", "c")
 
 
-cdef object _fill_value(object value, object dt, bint has_dtype):
-    """`value` as the numpy scalar whose bytes fill() repeats (Buffer.fill's rules)."""
+cdef object _fill_value(object value, object dtype):
+    """`value` as the numpy scalar whose bytes fill() repeats (Buffer.fill's rules) for a buffer
+    of `dtype` (None: raw bytes)."""
+    dt = dtype if dtype is not None else np.dtype(np.uint8)
     if isinstance(value, np.ndarray) and value.ndim == 0:
         value = value.item()           # a 0-d array is its value, converted as a Python number is
     if isinstance(value, np.generic):
         if value.dtype.kind not in _FILL_KINDS or value.dtype in (np.longdouble, np.clongdouble):
             raise ArgumentTypeError(f"fill: a {value.dtype} value is not a type of device data; give a numpy "
                                     "scalar of a bool, integer, float or complex type of 1-16 bytes")
-        if has_dtype and value.dtype.itemsize > dt.itemsize:
+        if dtype is not None and value.dtype.itemsize > dt.itemsize:
             raise ArgumentValueError(f"fill: a {value.dtype} value ({value.dtype.itemsize} bytes) for a buffer of "
                                      f"{dt} ({dt.itemsize}-byte elements) would repeat its bytes across elements; "
                                      f"give {dt.type.__name__}(v) or a Python number (or fill a raw view for a "
@@ -83,7 +112,7 @@ cdef object _fill_value(object value, object dt, bint has_dtype):
         raise ArgumentTypeError(f"fill: a complex value {value!r} for a buffer of {dt} would lose its imaginary "
                                 "part; give a real value, or view the buffer as a complex dtype")
     if dt.kind in "iub":
-        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        if isinstance(value, float) and not math.isfinite(value):
             raise ArgumentValueError(f"fill: {value!r} is not representable as {dt}")
         v = int(value)                # a float is truncated, as numpy's fill does
         if dt.kind == "b":
@@ -242,28 +271,6 @@ cdef class Buffer:
     def __len__(self):
         return self.size
 
-    cdef _host_view(self, obj, bint writable, name):
-        if writable and not isinstance(obj, np.ndarray):
-            # Memory to write into: anything numpy would copy first (a list) would lose the data.
-            try:
-                obj = memoryview(obj)
-            except TypeError:
-                arr = np.asarray(obj) if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__") else None
-                if arr is None or arr.base is None:       # no memory of its own to share: a copy
-                    raise ArgumentTypeError(f"{name}: out must be writable host memory (a numpy array, "
-                                            f"bytearray, HostBuffer.array), got {type(obj).__name__}") from None
-                obj = arr
-        arr = np.asarray(obj)
-        if arr.dtype.hasobject or arr.dtype.kind in "OUSM":
-            raise ArgumentTypeError(f"{name}: host data must be numbers or bytes (buffer protocol), got "
-                                    f"{type(obj).__name__} {short_repr(obj)}")
-        if not arr.flags.c_contiguous:
-            raise ArgumentValueError(f"{name}: host array must be C-contiguous (got strides {arr.strides}); "
-                                     "a solid copy would overwrite its neighbours")
-        if writable and not arr.flags.writeable:
-            raise ArgumentValueError(f"{name}: host array is read-only")
-        return arr
-
     cdef Stream _copy_stream(self, object stream):
         cdef Stream s = resolve_stream(stream, self.device) if stream is not None else self._alloc.stream
         s.ensure_open()
@@ -296,7 +303,7 @@ cdef class Buffer:
         cdef size_t off = _byte_arg(offset, "offset", "Buffer.write")
         self.ensure_open()
         _check_writable(self, "Buffer.write")
-        src = self._host_view(data, False, "write")
+        src = _host_array(data, False, "write")
         cdef size_t n = src.nbytes
         if off > self._nbytes or n > self._nbytes - off:
             raise ArgumentValueError(f"write of {n} bytes at offset {off} overruns buffer of "
@@ -348,7 +355,7 @@ cdef class Buffer:
                                      f"{self._nbytes} bytes")
         if out is None:
             out = np.empty(n, dtype=np.uint8)
-        dst = self._host_view(out, True, "read")
+        dst = _host_array(out, True, "read")
         if dst.nbytes != n:
             raise ArgumentValueError(f"read: out has {dst.nbytes} bytes, expected {n}")
         if n == 0:
@@ -474,7 +481,7 @@ cdef class Buffer:
         or a numpy scalar of no device type (object, str, longdouble)."""
         self.ensure_open()
         _check_writable(self, "Buffer.fill")
-        v = _fill_value(value, self._dtype if self._dtype is not None else np.dtype(np.uint8), self._dtype is not None)
+        v = _fill_value(value, self._dtype)
         raw = np.asarray(v).tobytes()
         full = len(raw)
         if len(raw) == 16 and raw[:8] == raw[8:]:

@@ -22,7 +22,7 @@ import numpy as np
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, CudaError, StateError
 from pycudadrv._launch import PreparedLaunch
-from pycudadrv._memory import Buffer
+from pycudadrv._memory import Buffer, _byte_arg, _host_array
 from pycudadrv._ranges import RangeTracker, _Lane, _Mode, span as _span
 from pycudadrv._signature import POINTER
 from pycudadrv.dispatch import Dispatch
@@ -415,19 +415,16 @@ class Queue:
         host use :meth:`read`. Raises ArgumentValueError for a range outside
         either buffer (before any driver call), and as ``Buffer.copy_to`` /
         ``Buffer.write``."""
-        for what, v in (("nbytes", nbytes), ("src_offset", src_offset), ("dst_offset", dst_offset)):
-            if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer))):
-                raise ArgumentTypeError(f"Queue.copy: {what} counts bytes and must be an int, got "
-                                        f"{type(v).__name__} {v!r:.40}")
+        # The checks of Buffer.copy_to / Buffer.write, here before the hazard ranges are computed from them.
+        src_offset = _byte_arg(src_offset, "src_offset", "Queue.copy")
+        dst_offset = _byte_arg(dst_offset, "dst_offset", "Queue.copy")
+        if nbytes is not None:
+            nbytes = _byte_arg(nbytes, "nbytes", "Queue.copy")
         if not isinstance(dst, Buffer):
             raise ArgumentTypeError(f"Queue.copy: dst must be a Buffer, got {type(dst).__name__} (device to host: "
                                     "Queue.read)")
         if not isinstance(src, Buffer):
-            host = np.asarray(src)
-            if host.dtype.hasobject or host.dtype.kind in "OUSM":
-                raise ArgumentTypeError(f"Queue.copy: a host source must be numbers or bytes (buffer protocol), "
-                                        f"got {type(src).__name__}")
-            n = host.nbytes
+            n = _host_array(src, False, "Queue.copy").nbytes
             if nbytes is not None and int(nbytes) != n:
                 raise ArgumentValueError(f"Queue.copy: a host source is copied whole ({n} bytes), nbytes={nbytes} "
                                          "given")
