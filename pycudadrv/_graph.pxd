@@ -30,4 +30,5 @@ cdef class CapturedGraph:
     cdef int adopt(self, CUgraph g, Capture c) except -1
     cdef int _release(self, bint raise_errors) except -1
     cdef int _let_go(self, tuple entry) except -1
+    cdef object _launch_index(self, object index, str who)
     cdef int _destroy(self, bint raise_errors) except -1

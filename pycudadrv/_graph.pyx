@@ -15,7 +15,7 @@ from pycudadrv._alloc cimport Allocation
 from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, pycudadrv_arena,
                                  pycudadrv_arena_init, pycudadrv_arena_release)
-from pycudadrv._launch cimport Function, launch_releases_gil
+from pycudadrv._launch cimport Function, launch_releases_gil, is_foreign_memory
 from pycudadrv._interop cimport take_dlpack_owners
 from pycudadrv._host cimport keep_until_done
 from pycudadrv._kernel cimport KernelBase
@@ -57,14 +57,28 @@ def graph_memory_used(device=None):
     return v
 
 
-# Arguments whose bytes are all a kernel node needs (nothing to keep alive for it).
-cdef tuple _SCALARS = (int, float, complex, bytes, bytearray, np.generic)
-
-
 cdef int _hold(CapturedGraph g, Allocation a) except -1:
     """The graph keeps `a`: its free waits until the graph is closed."""
     a.add_hold()
     g._roots.append(a)
+    return 0
+
+
+cdef int _release_roots(list roots, list streams, bint raise_errors) except -1:
+    """Release a graph's hold on each allocation in `roots`, its free first ordered after every
+    stream in `streams` (those the graph ran on). Without raise_errors (a destructor) a failure
+    is warned about and the rest are still released."""
+    cdef Allocation a
+    for obj in roots:
+        a = <Allocation>obj
+        try:
+            for s in streams:
+                a.note_use(<Stream>s)
+            a.release_hold()
+        except Exception as e:
+            if raise_errors:
+                raise
+            warn_dealloc_failure("CapturedGraph", e)
     return 0
 
 
@@ -296,12 +310,17 @@ cdef class CapturedGraph:
         """Number of kernel launches recorded during capture."""
         return len(self._kernels)
 
-    def kernel(self, index):
-        """``(kernel name, grid, block, shared_mem_bytes, args)`` of the i-th captured launch."""
-        index = _index_arg(index, "index", "CapturedGraph.kernel")
+    cdef object _launch_index(self, object index, str who):
+        """`index` of a captured kernel launch, checked: an int in [0, num_kernels)."""
+        index = _index_arg(index, "index", who)
         if index < 0 or index >= len(self._kernels):
             raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
                                      "out of range")
+        return index
+
+    def kernel(self, index):
+        """``(kernel name, grid, block, shared_mem_bytes, args)`` of the i-th captured launch."""
+        index = self._launch_index(index, "CapturedGraph.kernel")
         node, fn, grid, block, shmem, args, devnode = self._kernels[index]
         return (fn.name, grid, block, shmem, args)
 
@@ -325,10 +344,7 @@ cdef class CapturedGraph:
             or the node is unknown.
         """
         self._ready()
-        index = _index_arg(index, "index", "CapturedGraph.set_kernel_args")
-        if index < 0 or index >= len(self._kernels):
-            raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
-                                     "out of range")
+        index = self._launch_index(index, "CapturedGraph.set_kernel_args")
         node, fn_obj, grid, block, shmem, old, devnode = self._kernels[index]
         cdef Function fn = <Function>fn_obj
         if node is None:
@@ -375,7 +391,7 @@ cdef class CapturedGraph:
                 alloc = (<Buffer>a)._alloc
                 alloc.add_hold()
                 roots.append(alloc)
-            elif not isinstance(a, _SCALARS) and a is not None:
+            elif is_foreign_memory(a):
                 objs.append(a)
         old_entry = self._updates.get(index)
         self._updates[index] = (objs, roots)
@@ -394,11 +410,8 @@ cdef class CapturedGraph:
         Raises ArgumentIndexError for no such launch or argument, and as
         :meth:`set_kernel_args`."""
         self._ready()
-        index = _index_arg(index, "index", "CapturedGraph.set_kernel_arg")
+        index = self._launch_index(index, "CapturedGraph.set_kernel_arg")
         arg = _index_arg(arg, "arg", "CapturedGraph.set_kernel_arg")
-        if index < 0 or index >= len(self._kernels):
-            raise ArgumentIndexError(f"graph has {len(self._kernels)} captured kernel launches; index {index} is "
-                                     "out of range")
         args = list(self._kernels[index][5])
         if arg < 0 or arg >= len(args):
             raise ArgumentIndexError(f"launch #{index} ('{self._kernels[index][1].name}') has {len(args)} arguments; "
@@ -419,43 +432,28 @@ cdef class CapturedGraph:
         """Let go of what an earlier update installed, after the launches queued so far: the
         frees of its allocations wait for every stream the graph ran on, its objects are kept
         until those streams pass this point (forever where one of them is closed)."""
-        cdef Allocation a
         objs, roots = entry
-        streams = [self._stream] + list(self._launch_streams)
-        for obj in roots:
-            a = <Allocation>obj
-            for s in streams:
-                a.note_use(<Stream>s)
-            a.release_hold()
+        streams = list(self._launch_streams) + [self._stream]
+        _release_roots(roots, streams, True)
         if objs:
             if any((<Stream>s)._closed for s in streams):
                 self._held.extend(objs)
                 return 0
+            kept = tuple(objs)
             for s in streams:
-                if not keep_until_done(<Stream>s, tuple(objs)):
+                if not keep_until_done(<Stream>s, kept):
                     self._held.extend(objs)      # a capture forbids the event: kept with the graph
                     return 0
         return 0
 
     cdef int _release(self, bint raise_errors) except -1:
         """Let go of the held allocations: frees wait for every stream the graph ran on."""
-        cdef Allocation a
         updates, self._updates = self._updates, {}
         for objs, entry_roots in updates.values():
             self._roots.extend(entry_roots)      # each carries its own hold, released below
         roots, self._roots = self._roots, []
         streams, self._launch_streams = self._launch_streams, []
-        for obj in roots:
-            a = <Allocation>obj
-            try:
-                for s in streams:
-                    a.note_use(<Stream>s)
-                a.note_use(self._stream)
-                a.release_hold()
-            except Exception as e:
-                if raise_errors:
-                    raise
-                warn_dealloc_failure("CapturedGraph", e)
+        _release_roots(roots, streams + [self._stream], raise_errors)
         self._held = []
         return 0
 

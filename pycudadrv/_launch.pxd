@@ -17,7 +17,6 @@ cdef class Function(KernelBase):
     cdef void** _keep               # per parameter: the scalar object packed last (owned), or NULL
     cdef int _nkeep
 
-
     cdef int _drop_cache(self) except -1
 
 cdef class LaunchConfig:
@@ -77,3 +76,6 @@ cdef object get_launch_hook_c()
 
 cdef Function make_function(CUfunction handle, str name, object module, Device device, object layout,
                             str layout_source, Lifetime module_life)
+
+# Another library's array given as it is (CAI or DLPack; not a Buffer, None or a scalar).
+cdef bint is_foreign_memory(object a)

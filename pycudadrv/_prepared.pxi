@@ -2,16 +2,22 @@
 # module's one launch call site).
 
 
-cdef bint _is_foreign_memory(object a):
+cdef inline bint _is_own_value(object a):
+    """A Buffer, None or a scalar: an argument that is not another library's array."""
+    return a is None or type(a) is Buffer or isinstance(a, (int, float, complex, bytes, bytearray, memoryview,
+                                                            np.generic))
+
+
+cdef bint is_foreign_memory(object a):
     """Another library's array given as it is (not a Buffer, not a scalar)."""
-    if a is None or type(a) is Buffer or isinstance(a, (int, float, complex, bytes, bytearray, memoryview, np.generic)):
+    if _is_own_value(a):
         return False
     return read_cai(a) is not None or hasattr(a, "__dlpack__")
 
 
 cdef bint _is_dlpack_only(object a):
     """An array that exports __dlpack__ but no __cuda_array_interface__ (JAX, some PyTorch uses)."""
-    if a is None or type(a) is Buffer or isinstance(a, (int, float, complex, bytes, bytearray, memoryview, np.generic)):
+    if _is_own_value(a):
         return False
     try:
         if read_cai(a) is not None:
@@ -139,7 +145,7 @@ cdef class PreparedLaunch:
                 watch.append(a)
                 if a is not args[k]:
                     exports.append(a)
-            elif _is_foreign_memory(a):
+            elif is_foreign_memory(a):
                 try:
                     fb = <Buffer>asbuffer(a, device=self.fn.device)
                 except ArgumentTypeError as e:
