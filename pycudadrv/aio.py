@@ -76,12 +76,12 @@ def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None,
         new["mode"] = mode
     for key, v in (("watchdog_ms", watchdog_ms), ("spin_us", spin_us), ("interval_ms", interval_ms)):
         if v is not None:
-            try:
-                # numpy numbers are numbers; an int too large for a float is not finite
-                x = float(v) if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer,
-                                                                                       np.floating)) else None
-            except OverflowError:
-                x = math.inf
+            x = None              # numpy numbers are numbers; an int too large for a float is not finite
+            if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating)):
+                try:
+                    x = float(v)
+                except OverflowError:
+                    x = math.inf
             if x is None or not math.isfinite(x) or x < 0 or (x == 0 and key != "spin_us"):
                 raise ArgumentValueError(f"aio.set_completion: {key} must be a positive number (finite"
                                          f"{'; 0 allowed' if key == 'spin_us' else ''}), got {v!r:.40}")
