@@ -18,10 +18,10 @@ cdef class HostBuffer:
 # cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE) says host.
 cdef bint is_pinned(const void* ptr) except -1
 
-# Keep `obj` (host memory a copy on `s` reads or writes) alive until the work queued on
-# `s` so far has completed: an event recorded now, checked at later calls; returns 1. Nothing
-# (returns 0) while `s` is captured (the capture holds what its copies use) or another
-# capture forbids the event record.
+# Keep `obj` (host memory a copy on `s` reads or writes, or anything else work queued on `s`
+# uses) alive until the work queued on `s` so far has completed: an event recorded now,
+# checked at later calls; returns 1. Nothing (returns 0) while `s` is captured (the capture
+# holds what its work uses) or another capture forbids the event record.
 cdef int keep_until_done(Stream s, object obj) except -1
-# Wait for every copy whose host memory is kept (keep_until_done), then let go of it all.
+# Wait for the work of everything kept (keep_until_done), then let go of it all.
 cdef int drain_host_keeps() except -1

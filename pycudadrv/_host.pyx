@@ -1,6 +1,6 @@
 # cython: language_level=3
-"""Page-locked (pinned) host memory, and host memory of asynchronous copies kept alive until
-the copies have run."""
+"""Page-locked (pinned) host memory, and objects (the host memory of asynchronous copies, and
+what launches use) kept alive until the work that uses them has run."""
 cimport cython
 from libc.stdint cimport uintptr_t
 from pycudadrv._cuda cimport *
@@ -38,7 +38,9 @@ cdef int _free_host(void* p, bint raise_errors) except -1:
     return 0
 
 
-# Host memory kept alive until the copies that use it have run: (event handle, object), in call order.
+# Objects kept alive until the work queued when they were kept has run, (event handle, object) in
+# call order: host memory of asynchronous copies, DLPack exports of generic launches, arguments a
+# graph update replaced.
 cdef list _host_keep = []
 cdef list _keep_events = []          # spare events (as ints) for the list above
 
