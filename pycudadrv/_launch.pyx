@@ -358,6 +358,7 @@ cdef class Function(KernelBase):
                     f"({_signature.format_layout(lay.params)})")
         lay.set(layout, "signature")
         self._drop_cache()
+        self._layout_version += 1
         return self
 
     @property
@@ -547,3 +548,4 @@ cdef class Function(KernelBase):
 
 
 include "_prepared.pxi"
+include "_mapped.pxi"

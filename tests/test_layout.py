@@ -51,8 +51,8 @@ def _sources():
 
 def _module_of(filename):
     base = filename.rsplit(".", 1)[0]
-    # _prepared.pxi is part of _launch, _cudnn_build.pxi of _cudnn
-    return {"_prepared": "_launch", "_cudnn_build": "_cudnn"}.get(base, base)
+    # _prepared.pxi and _mapped.pxi are part of _launch, _cudnn_build.pxi of _cudnn
+    return {"_prepared": "_launch", "_mapped": "_launch", "_cudnn_build": "_cudnn"}.get(base, base)
 
 
 def _imports(text):
