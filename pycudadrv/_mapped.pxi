@@ -190,8 +190,8 @@ cdef class TritonLaunchBase:
         cdef const Py_ssize_t* src
         cdef unsigned char* slot
         cdef void** kp
-        if not self._fast:
-            return self._launch_py(grid, args, stream)
+        if not self._fast or _release_gil:    # released around the driver call, the plan's arena could be
+            return self._launch_py(grid, args, stream)    # repacked by another thread: Function.launch packs apart
         if n == self._n_rt:
             src = self._src_rt
         elif n == self._n_all:
@@ -201,7 +201,9 @@ cdef class TritonLaunchBase:
         else:
             return self._launch_py(grid, args, stream)      # raises: the argument count
         plan = self._last
-        if plan is None or stream is not self._last_stream or not _same_grid(grid, self._last_grid):
+        if plan is None or not _same_grid(grid, self._last_grid) or (
+                stream is not self._last_stream and not (type(stream) is int and type(self._last_stream) is int
+                                                         and stream == self._last_stream)):
             plan = self._plan(grid, args, stream)
             if plan is None:
                 return self._launch_py(grid, args, stream)

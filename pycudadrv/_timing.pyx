@@ -167,12 +167,10 @@ cdef class Pass:
         self._ts = <TimestampsBase>ts
         self.label = label
 
-    @cython.binding(False)       # a method descriptor: `with` calls it without a bound-method layer
     def __enter__(self):
         self._ts._begin(self.label)
         return self._ts
 
-    @cython.binding(False)
     def __exit__(self, exc_type, exc, tb):
         self._ts._end()
         return False

@@ -414,6 +414,9 @@ class TritonKernel(TritonLaunchBase):
         self._launch_grid = conv.launch_grid
         self._init_fast(*_fast_plan(conv, fn))
 
+    launch = TritonLaunchBase.launch            # the C path (documented there); _launch_py is the Python one
+    __getitem__ = TritonLaunchBase.__getitem__
+
     def _kernel_args(self, args: Sequence[Any]) -> list[Any]:
         """The kernel's parameter values for ``args`` with null scratch (a captured launch of the C path)."""
         return self.convention.kernel_args(args, [None] * self.convention.n_scratch_params)

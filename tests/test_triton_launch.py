@@ -211,3 +211,19 @@ def test_launches_on_two_streams_and_a_captured_launch(obj, rng):
     g.launch()
     g.launch()
     np.testing.assert_allclose(y3.to_numpy(stream=s1), 5.0 * x0.astype(np.float64) + 1.0, rtol=1e-6, atol=1e-6)
+
+
+@gpu
+def test_with_the_gil_released_around_launches_each_launch_packs_its_own_arguments(obj, rng):
+    tk = load(obj)
+    n = 256
+    x0 = rng.standard_normal(n).astype(np.float32)
+    x = cd.Buffer.from_numpy(x0)
+    prev = cd.set_release_gil(True)
+    try:
+        for a in (2.0, 3.0):
+            y = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+            tk.launch(programs(n), y, x, a, 0.5, n)
+            np.testing.assert_allclose(y.to_numpy(), a * x0.astype(np.float64) + 0.5, rtol=1e-6, atol=1e-6)
+    finally:
+        cd.set_release_gil(prev)

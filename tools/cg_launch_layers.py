@@ -9,7 +9,8 @@ C loop making the same driver calls would cost.) Rows: ``prepared`` p.launch() o
 kernel; ``generic`` f.launch(4, 256, y, x, 2.0, 1024, stream=s); ``generic64`` a kernel of 64
 parameters (a pointer, 63 ints); ``triton`` TritonKernel.launch(1, y, x, 0, 1.0, stream=s) over a
 stand-in CompiledKernel (Triton's 3.5 convention, no scratch needed) of an NVRTC CUBIN; ``tsprep``
-``with ts.measure("step"): p.launch()`` with a try_take() every 256 passes; ``events`` two
+``with ts.measure("step"): p.launch()`` with a try_take() every 256 passes; ``tspass`` the same passes
+without try_take (the bench's timed row); ``events`` two
 Event.record calls around p.launch()."""
 import ctypes, os, sys
 from types import SimpleNamespace
@@ -55,14 +56,20 @@ def run(n):
                 p.launch()
             if not i & 255:
                 ts.try_take()
+    elif which == "tspass":      # Timestamps passes alone (the pool filled beforehand; no try_take timed)
+        m = ts.measure
+        for i in range(n):
+            with m("step"):
+                p.launch()
     elif which == "events":      # Event.record by hand around a prepared launch
         e0, e1 = cd.Event(), cd.Event()
         for _ in range(n):
             e0.record(s); p.launch(); e1.record(s)
     elif which == "empty":
         for _ in range(n): pass
-run(2000)
+run(N if which == "tspass" else 2000)   # tspass: fills the pool with the 2 N events the timed passes take
 s.synchronize()
+ts.read()
 fake.fakecuda_callgrind_start()
 run(N)
 fake.fakecuda_callgrind_stop(which.encode())
