@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pycudadrv import _compile_cache
 from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
+from pycudadrv._linklibs import fatbin_object
 from pycudadrv._paths import cuda_include_candidates
 from pycudadrv._textargs import _bool, _encodable, _relocatable, _strings
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
@@ -556,9 +557,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
                       "options=['-rdc=true']", RuntimeWarning, stacklevel=2)
     if tgt != "fatbin":
         return objs[0]
-    from pycudadrv.link import _fatbin_object
-
-    return _fatbin_object(objs, name)
+    return fatbin_object(objs, name)
 
 
 def _ptx_has_entry(ptx: str | None) -> bool:
