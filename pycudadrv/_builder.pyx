@@ -104,9 +104,10 @@ cdef class LaunchBuilder:
         """Marshal `v` as argument #count (for the builder's stream) and keep it."""
         cdef Py_ssize_t i = self.count
         cdef ParamSpec* p = self._spec(i, v)
-        if _pointer_slot(p) and is_foreign_memory(v) and read_cai(v) is None:
+        if _pointer_slot(p) and is_foreign_memory(v) and read_cai(v) is None and not isinstance(v, np.ndarray):
             # A DLPack-only array: a Buffer over one export, as a prepared launch binds it (the export
-            # lives as long as the builder, and a launch keeps it until the kernel has run)
+            # lives as long as the builder, and a launch keeps it until the kernel has run); a host
+            # numpy array goes to pack_arg, which says what to do with it
             try:
                 v = asbuffer(v, device=self.fn.device)
             except ArgumentTypeError as e:
@@ -165,10 +166,11 @@ cdef class LaunchBuilder:
         orders it.
 
         Raises ArgumentTypeError for anything but a device array, a
-        non-integer parameter for a shape or stride, or too few parameters
-        left; ArgumentValueError for a stride that is not a whole number of
-        elements or a value out of its parameter's range (each naming the
-        kernel and the parameter)."""
+        non-integer parameter for a shape or stride, a negative stride, or
+        too few parameters left; ArgumentValueError for a stride that is not
+        a whole number of elements; for each value, what
+        :meth:`Function.launch` raises (a shape beyond its parameter's range:
+        ArgumentTypeError). Each names the kernel and the parameter."""
         self._check()
         cdef Py_ssize_t i = self.count
         name = self.fn.name
