@@ -307,7 +307,8 @@ cdef class LaunchBuilder:
         array: a Buffer over the bytes it spans). Raises as :meth:`launch`."""
         self._launch_checks(self._stream)
         cdef LaunchConfig c = self.config
-        return self.fn.bind((c.grid[0], c.grid[1], c.grid[2]), (c.block[0], c.block[1], c.block[2]), *self._values, shared_mem_bytes=c.shared_mem_bytes,
+        return self.fn.bind((c.grid[0], c.grid[1], c.grid[2]), (c.block[0], c.block[1], c.block[2]),
+                            *self._values, shared_mem_bytes=c.shared_mem_bytes,
                             stream=self._stream, cooperative=c.cooperative,
                             cluster=(c.cluster[0], c.cluster[1], c.cluster[2]),
                             programmatic_dependent=c.programmatic)

@@ -93,7 +93,8 @@ def mod():
     s = cd.Stream()
     z = cd.Buffer.zeros(64, np.float32, stream=s)
     for name, args in (("spin", (0,)), ("copy_f", (z, z, 0)), ("twice", (z, z, 0)), ("affine", (z, z, 1.0, 0.0, 0)),
-                       ("combine", (z, z, z, 0)), ("twice_t", (z, z, 0, 1)), ("count_down_all", (z, 0.0, 0, 0)), ("no_params", ()),
+                       ("combine", (z, z, z, 0)),
+                       ("twice_t", (z, z, 0, 1)), ("count_down_all", (z, 0.0, 0, 0)), ("no_params", ()),
                        ("mark_flat", (z.view(np.uint32), 0, None, 0))):
         m.function(name).launch(1, 32, *args, stream=s)
     s.synchronize()
@@ -241,7 +242,8 @@ def _consume(mod, path, x, out, consumer):
     elif path == "builder":
         twice.builder(g, 256, stream=consumer).push_arg(out).push_arg(x).push_arg(N).launch()
     elif path == "builder_tensor":
-        mod.function("twice_t").builder(g, 256, stream=consumer).push_arg(out).push_tensor(x).launch()
+        twice_t = mod.function("twice_t")
+        twice_t.builder(g, 256, stream=consumer).push_arg(out).push_tensor(x).launch()
     elif path == "builder_bind":
         p = twice.builder(g, 256, stream=consumer).push_arg(out).push_arg(x).push_arg(N).bind()
         p.launch()
