@@ -45,6 +45,7 @@ SECTIONS = [
     ("Kernel parameters (marshalling)", "pycudadrv._marshal", None),
     ("Kernels", "pycudadrv._kernel", None),
     ("Launches", "pycudadrv._launch", None),
+    ("Launch builder", "pycudadrv._builder", None),
     ("Modules", "pycudadrv._module", None),
     ("Graphs", "pycudadrv._graph", None),
     ("Launch sequences", "pycudadrv._sequence", None),
