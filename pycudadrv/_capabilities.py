@@ -68,8 +68,8 @@ class DeviceInfo:
         registers x 4).
     max_register_bytes_per_thread : int
         Register bytes each thread of a block of ``max_threads_per_block``
-        threads can have: ``min(registers per block / max_threads_per_block,
-        255) x 4`` (256 bytes on sm_90).
+        threads can have: registers per block / ``max_threads_per_block``,
+        at most 255, times 4 (256 bytes on sm_90).
     max_registers_per_block, max_registers_per_multiprocessor : int
         The same, in 32-bit registers.
     warp_size, multiprocessor_count, max_threads_per_block, max_threads_per_multiprocessor : int

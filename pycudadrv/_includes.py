@@ -89,7 +89,7 @@ def _error(header: str, where: str, text: str | None, dirs: Sequence[str], log: 
            version: tuple[int, int] | None, name: str, line: int) -> HeaderNotFoundError:
     searched = "; ".join(dirs) if dirs else "none: no directory with the CUDA headers was found"
     shown = f"\n  {line} | {text.strip()}" if text is not None else ""
-    return HeaderNotFoundError(
+    return HeaderNotFoundError(  # type: ignore[no-untyped-call,unused-ignore]
         f"compile: {where} includes {header!r}, which is in none of the include directories pycudadrv gives "
         f"NVRTC (searched, in order: {searched}). {_FIX}{shown}",
         header=header, line=line, searched=dirs, log=log, options=options, nvrtc_version=version, name=name)

@@ -83,7 +83,7 @@ _error: CudnnUnavailableError | None = None   # a failed load is reported again,
 _override: bool | None = None      # set_enabled()
 _tf32_override_at_load: bool | None = None   # NVIDIA_TF32_OVERRIDE was "0" when cuDNN was loaded
 _plans: dict = {}
-_off_logged: list = []            # the debug log said once that cuDNN is switched off
+_off_logged: list[bool] = []      # the debug log said once that cuDNN is switched off
 
 
 # --------------------------------------------------------------------------- the switch
