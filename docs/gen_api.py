@@ -37,6 +37,7 @@ SECTIONS = [
     ("Errors", "pycudadrv._errors", None),
     ("Driver", "pycudadrv._driver", None),
     ("Devices", "pycudadrv._device", None),
+    (None, "pycudadrv._capabilities", ["DeviceInfo"]),
     ("Streams and events", "pycudadrv._stream", None),
     (None, "pycudadrv._event", None),
     ("Host memory", "pycudadrv._host", None),

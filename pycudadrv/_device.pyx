@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import numpy as np
-from pycudadrv import _attributes
+from pycudadrv import _attributes, _capabilities
 from pycudadrv._env import env_flag
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CudaUnavailableError
 
@@ -19,6 +19,7 @@ cdef extern from "cuda.h":
         CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 
 cdef dict _devices = {}
+cdef dict _infos = {}              # ordinal -> DeviceInfo (attributes do not change while a process runs)
 cdef set _peer_enabled = set()
 cdef object _selection = None      # tuple of ordinals pycudadrv may use, or None: all
 cdef bint _startup_logged = False
@@ -339,6 +340,24 @@ cdef class Device:
         else:
             attr = int(name)
         return self._attr(attr)
+
+    @property
+    def info(self):
+        """What this device can do, as a frozen :class:`pycudadrv.DeviceInfo`:
+        tensor cores (sm_70 and newer), bfloat16 (sm_80 and newer), the FP64
+        rate class (``"full"``, ``"reduced"``, ``"minimal"``, from the FP32:FP64
+        throughput ratio), register bytes per block, per SM and per thread,
+        warp size, block, grid and shared-memory limits (bytes). Read once per
+        device with ``cuDeviceGetAttribute`` (derivation rules:
+        ``pycudadrv._capabilities.derive``).
+
+        Raises CudaError if the driver refuses an attribute."""
+        info = _infos.get(self.ordinal)
+        if info is None:
+            info = _capabilities.derive(
+                lambda name: self._attr(_attributes.DEVICE_ATTRIBUTES["CU_DEVICE_ATTRIBUTE_" + name.upper()]))
+            _infos[self.ordinal] = info
+        return info
 
     def can_access_peer(self, Device peer not None):
         """Whether this device can map ``peer``'s memory (``cuDeviceCanAccessPeer``)."""

@@ -10,9 +10,10 @@ Pure Python.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
-__all__ = ["env_flag", "env_int", "foreign_sync_enabled", "ENVIRONMENT_VARIABLES"]
+__all__ = ["env_flag", "env_int", "foreign_sync_enabled", "debug_log", "ENVIRONMENT_VARIABLES"]
 
 _TRUE = frozenset(("1", "true", "yes", "on"))
 _FALSE = frozenset(("0", "false", "no", "off"))
@@ -36,8 +37,9 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_GRAPH_DOT": "path: write every instantiated graph as DOT (a {n} in the path is numbered)",
     "PYCUDADRV_ALLOC_TRACE": "1: report allocations and host uploads attempted while a stream captures",
     "PYCUDADRV_DEVICES": "comma-separated device ordinals pycudadrv may use (empty: an error)",
-    "PYCUDADRV_DEBUG": "1: log driver version, devices and init failures at start",
+    "PYCUDADRV_DEBUG": "1: log the driver's load (or why it failed), cuInit, devices and cuDNN's load at start",
     "PYCUDADRV_CUDNN": "0 turns the cuDNN integration off",
+    "PYCUDADRV_CUDNN_PATH": "path of libcudnn.so.9 (no fallback when set)",
     "PYCUDADRV_MPI_CUDA_AWARE": "1/0: pycudadrv.mpi treats the MPI library as CUDA-aware or not (unset: detect)",
     "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "0: do not order another library's arrays after their producer's stream "
                                            "(CuPy's CUPY_CUDA_ARRAY_INTERFACE_SYNC, Numba's NUMBA_...); default on",
@@ -94,3 +96,15 @@ def foreign_sync_enabled(refresh: bool = False) -> bool:
     if _foreign_sync is None or refresh:
         _foreign_sync = env_flag("PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC", True)
     return _foreign_sync
+
+
+def debug_log(what: str, text: str) -> None:
+    """With ``PYCUDADRV_DEBUG`` on: one line ``[pycudadrv] what: text`` on
+    stderr (the startup log: the driver's load, ``cuInit``, the devices,
+    cuDNN). Never raises: a log that cannot be written is dropped."""
+    if not env_flag("PYCUDADRV_DEBUG"):
+        return
+    try:
+        print(f"[pycudadrv] {what}: {text}", file=sys.stderr, flush=True)
+    except Exception:  # noqa: BLE001 -- a closed stderr must not turn a log line into a failure
+        pass

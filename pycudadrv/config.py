@@ -45,6 +45,7 @@ VARIABLE_KINDS: dict[str, Any] = {
     "PYCUDADRV_NVTX": "switch", "PYCUDADRV_PERSISTENT_BLOCKS": ("int", 1), "PYCUDADRV_INDIRECT_SYNC": "switch",
     "PYCUDADRV_INDIRECT_TRACE": "switch", "PYCUDADRV_GRAPH_DOT": "path", "PYCUDADRV_ALLOC_TRACE": "switch",
     "PYCUDADRV_DEVICES": "devices", "PYCUDADRV_DEBUG": "switch", "PYCUDADRV_CUDNN": "switch",
+    "PYCUDADRV_CUDNN_PATH": "library",
     "PYCUDADRV_MPI_CUDA_AWARE": "strict switch", "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "switch",
 }
 
