@@ -109,3 +109,66 @@ def test_launch_timed_drains_every_stream_of_the_device_first(mod):
     assert other.query()            # the spin on the other stream was drained before timing
     assert isinstance(ns, int) and ns > 0
     assert (y.to_numpy() == 2.0).all()
+
+
+# --- khal's context(): the primary CUcontext as an int ---------------------------------------
+
+def _driver_fn(name, *argtypes):
+    """A driver entry point through ctypes (cuGetProcAddress_v2, as pycudadrv resolves its own), from the
+    library pycudadrv loaded: one process, one driver state."""
+    import ctypes
+
+    lib = ctypes.CDLL(os.environ.get("PYCUDADRV_LIBCUDA") or "libcuda.so.1")
+    gpa = lib.cuGetProcAddress_v2
+    gpa.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_uint64,
+                    ctypes.POINTER(ctypes.c_int)]
+    p, status = ctypes.c_void_p(), ctypes.c_int()
+    assert gpa(name.encode(), ctypes.byref(p), 4000, 0, ctypes.byref(status)) == 0 and p.value
+    return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(p.value)
+
+
+def _current_context():
+    import ctypes
+
+    ctx = ctypes.c_void_p()
+    assert _driver_fn("cuCtxGetCurrent", ctypes.POINTER(ctypes.c_void_p))(ctypes.byref(ctx)) == 0
+    return ctx.value or 0
+
+
+def test_context_is_the_primary_context_cuctxgetcurrent_reports():
+    import ctypes
+
+    dev = cd.Device(0)
+    ctx = dev.context
+    assert isinstance(ctx, int) and ctx != 0
+    for _ in range(2):
+        dev.set_current()
+        assert _current_context() == ctx
+        assert cd.context() == cd.context(0) == cd.context(dev) == cd.Device(0).context == ctx
+    # Another context current (none at all here), then any pycudadrv call: the same context again.
+    assert _driver_fn("cuCtxSetCurrent", ctypes.c_void_p)(None) == 0
+    assert _current_context() == 0 and dev.context == ctx
+    y = cd.Buffer.zeros(4, np.float32)
+    assert _current_context() == ctx and y.device.context == ctx
+
+
+def test_each_device_has_its_own_context_and_using_one_leaves_the_other_unchanged():
+    if cd.device_count() < 2 or len(cd.selected_devices()) < 2:
+        pytest.skip("needs two devices")
+    d0, d1 = cd.Device(0), cd.Device(1)
+    c0, c1 = d0.context, d1.context
+    assert c0 != c1
+    for _ in range(2):
+        d1.set_current()
+        assert _current_context() == c1
+        cd.Buffer.zeros(4, np.float32, device=d1)
+        d0.set_current()
+        assert _current_context() == c0 and d0.context == c0 and cd.context(1) == c1
+
+
+def test_context_of_a_bad_device_is_a_pycudadrv_error():
+    with pytest.raises(cd.ArgumentValueError, match="device ordinal 4096 out of range"):
+        cd.context(4096)
+    with pytest.raises(cd.ArgumentTypeError, match="device must be a Device or an int ordinal, got 'gpu0'"):
+        cd.context("gpu0")
+
