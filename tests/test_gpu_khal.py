@@ -172,3 +172,66 @@ def test_context_of_a_bad_device_is_a_pycudadrv_error():
     with pytest.raises(cd.ArgumentTypeError, match="device must be a Device or an int ordinal, got 'gpu0'"):
         cd.context("gpu0")
 
+
+# --- BufferUsages on buffers -------------------------------------------------------------------
+
+U = cd.BufferUsages
+
+
+def test_usage_is_set_at_creation_read_back_and_shared_by_views():
+    for _ in range(2):
+        b = cd.Buffer.empty(16, np.float32, usage=U.STORAGE | U.INDIRECT)
+        assert b.usage == U.STORAGE | U.INDIRECT
+        assert b[2:6].usage == b.view(np.uint32).usage == b[2:6][1:2].usage == U.STORAGE | U.INDIRECT
+        assert "usage=STORAGE|INDIRECT" in repr(b) and "usage=STORAGE|INDIRECT" in repr(b[1:2])
+        assert cd.Buffer.zeros(4, np.float32, usage=U.COPY_DST).usage == U.COPY_DST
+        assert cd.Buffer.from_numpy(np.arange(3, dtype=np.uint32), usage=U.INDIRECT).usage == U.INDIRECT
+        plain = cd.Buffer.empty(8)
+        assert plain.usage == U.ALL and plain[0:4].usage == U.ALL and "usage" not in repr(plain)
+        assert cd.asbuffer(plain).usage == U.ALL
+
+
+def test_usage_is_metadata_for_copies_and_fills_as_in_khals_cuda_backend(rng):
+    # khal's CUDA backend checks no usage on copies, writes, reads or kernel arguments: neither does pycudadrv.
+    x = rng.standard_normal(64).astype(np.float32)
+    src = cd.Buffer.from_numpy(x, usage=U.STORAGE)
+    dst = cd.Buffer.from_numpy(np.full(64, np.nan, np.float32), usage=U.STORAGE)
+    src.copy_to(dst)
+    np.testing.assert_array_equal(dst.to_numpy(), x)
+    dst.fill(1.5)
+    assert (dst.to_numpy() == 1.5).all()
+
+
+def _groups_dispatch(mod):
+    out = cd.Buffer.from_numpy(np.full(4, np.nan, np.float32))
+    d = cd.dispatch.Pass(cd.Encoder(), "p").dispatch(mod.function("groups"), block=(32, 1, 1))
+    d.set_arg((0, 0), out)
+    return d, out
+
+
+def test_an_indirect_dispatch_needs_the_indirect_usage(mod):
+    d, out = _groups_dispatch(mod)
+    counts = cd.Buffer.from_numpy(np.array([2, 1, 1], np.uint32), usage=U.STORAGE | U.COPY_DST)
+    for view in (counts, counts[0:3]):
+        with pytest.raises(cd.ArgumentValueError, match=r"Dispatch of 'groups', indirect=: <Buffer .*usage="
+                           r"COPY_DST\|STORAGE.*> needs usage INDIRECT, it has COPY_DST\|STORAGE \(the usage is "
+                           r"fixed when the allocation is made"):
+            d.dispatch(indirect=view)
+    assert np.isnan(out.to_numpy()).all()               # nothing was launched
+    ok = cd.Buffer.from_numpy(np.array([2, 1, 1], np.uint32), usage=U.INDIRECT | U.STORAGE)
+    for _ in range(2):
+        out.fill(np.float32(np.nan))
+        d.dispatch(indirect=ok)
+        assert out.to_numpy()[0] == 1.0
+    empty = cd.Buffer.empty(0, usage=U.STORAGE)         # even an empty one (a no-op) is checked
+    with pytest.raises(cd.ArgumentValueError, match="needs usage INDIRECT"):
+        d.dispatch(indirect=empty)
+
+
+def test_a_queue_indirect_dispatch_is_checked_the_same_way(mod):
+    d, out = _groups_dispatch(mod)
+    q = cd.Queue()
+    counts = cd.Buffer.from_numpy(np.array([1, 1, 1], np.uint32), usage=U.UNIFORM)
+    with pytest.raises(cd.ArgumentValueError, match="needs usage INDIRECT, it has UNIFORM"):
+        q.dispatch(d, indirect=counts).wait()
+
