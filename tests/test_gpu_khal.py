@@ -235,3 +235,67 @@ def test_a_queue_indirect_dispatch_is_checked_the_same_way(mod):
     with pytest.raises(cd.ArgumentValueError, match="needs usage INDIRECT, it has UNIFORM"):
         q.dispatch(d, indirect=counts).wait()
 
+
+# --- profile mode: khal's serialised host clock, a clearing report, trace and profile together ----
+
+PROFILED = (f"import pycudadrv as cd, numpy as np\n"
+            f"m = cd.compile({SRC!r}).load()\n"
+            "y = cd.Buffer.empty(1024, np.float32)\n"
+            "cycles = int(20 * cd.Device(0).attribute('clock_rate'))\n"
+            "for _ in range(3):\n"
+            "    m.function('spin').launch(1, 1, cycles)\n"
+            "for _ in range(7):\n"
+            "    m.function('fill').launch(4, 256, y, 2.0, 1024)\n"
+            "cd.Device(0).synchronize()\n"
+            "assert (y.to_numpy() == 2.0).all()\n")
+
+
+def _profile_rows(stderr):
+    return {ln.split()[0]: ln.split() for ln in stderr.splitlines() if ln.split() and ln.split()[0] in ("spin", "fill")}
+
+
+def test_host_clock_profile_serialises_each_launch_and_reports_at_exit():
+    r = run_python(PROFILED, PYCUDADRV_PROFILE="host")
+    assert r.returncode == 0, r.stderr
+    assert "pycudadrv profile: 2 kernel(s)" in r.stderr and "(host clock, serialised: sync, launch, sync)" in r.stderr
+    rows = _profile_rows(r.stderr)
+    assert int(rows["spin"][2]) == 3 and int(rows["fill"][2]) == 7
+    # Serialised: each spin call's time holds the whole 20 ms kernel (an event-free lower bound).
+    assert float(rows["spin"][3]) > 10_000
+    assert list(rows)[0] == "spin"                       # sorted by total time
+
+
+def test_profile_and_trace_from_the_environment_are_both_active():
+    for clock in ("1", "host"):
+        r = run_python(PROFILED, PYCUDADRV_PROFILE=clock, PYCUDADRV_TRACE="1")
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.count("[pycudadrv trace] fill grid=(4, 1, 1) block=(256, 1, 1)") == 7
+        assert r.stderr.count("[pycudadrv trace] spin grid=(1, 1, 1)") == 3
+        rows = _profile_rows(r.stderr)
+        assert int(rows["fill"][2]) == 7 and int(rows["spin"][2]) == 3 and float(rows["spin"][1]) > 30
+
+
+@pytest.mark.parametrize("clock", ["events", "host"])
+def test_in_process_profile_report_clears_unless_kept(mod, clock):
+    import io
+
+    from pycudadrv import _launch, profile
+
+    prev = _launch.get_launch_hook()
+    profile.disable()
+    profile.reset()
+    try:
+        profile.enable(clock)
+        y = cd.Buffer.empty(256, np.float32)
+        for _ in range(2):
+            for _ in range(5):
+                mod.function("fill").launch(1, 256, y, 3.0, 256)
+            assert (y.to_numpy() == 3.0).all()
+            text = profile.report(io.StringIO(), keep=True)
+            assert text.splitlines()[2].split()[:1] + text.splitlines()[2].split()[2:3] == ["fill", "5"]
+            assert profile.report(io.StringIO()) == text
+            assert profile.stats() == {} and profile.report(io.StringIO()) == ""
+    finally:
+        profile.disable()
+        profile.reset()
+        _launch.set_launch_hook(prev)
