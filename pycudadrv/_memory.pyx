@@ -21,7 +21,7 @@ from pycudadrv._host import shape_and_nbytes
 from pycudadrv._ordering import alloc_trace
 from pycudadrv._dlpack import KDL_CUDA
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, short_repr)
-from pycudadrv._usage import BufferUsages, usage_bits, missing_usage, names as usage_names
+from pycudadrv._usage import BufferUsages, usage_bits, names as usage_names
 
 __all__ = ["Buffer"]
 
@@ -284,11 +284,9 @@ cdef class Buffer:
         ``INDIRECT``; nothing else is checked."""
         return BufferUsages(self._alloc.usage)
 
-    cpdef int _check_usage(self, unsigned int needed, str who) except -1:
-        """ArgumentValueError from ``who`` unless the allocation has every usage bit of ``needed``."""
-        if (self._alloc.usage & needed) != needed:
-            raise missing_usage(self, needed, self._alloc.usage, who)
-        return 0
+    cpdef bint _has_usage(self, unsigned int needed):
+        """Whether the allocation has every usage bit of ``needed`` (one C test)."""
+        return (self._alloc.usage & needed) == needed
 
     def __len__(self):
         return self.size

@@ -11,6 +11,7 @@ arguments are not checked (khal's CUDA backend checks none). Pure Python.
 from __future__ import annotations
 
 import enum
+import inspect
 from typing import Any
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
@@ -40,6 +41,10 @@ class BufferUsages(enum.Flag):
     QUERY_RESOLVE = 1 << 9
     ALL = (1 << 10) - 1
 
+
+# Shown as BufferUsages(value) (an int of the bits, or a member), not Enum's functional-API signature.
+BufferUsages.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("value", inspect.Parameter.POSITIONAL_OR_KEYWORD)])
 
 #: The bits of :attr:`BufferUsages.ALL` (the C default of an allocation's usage).
 ALL_BITS: int = BufferUsages.ALL.value

@@ -161,10 +161,10 @@ class _Both:
         self.profiler = profiler
         self.tracer = tracer
 
-    def before(self, fn: Any, stream: Any) -> tuple:
+    def before(self, fn: Any, stream: Any) -> tuple[Any, Any]:
         return self.profiler.before(fn, stream), self.tracer.before(fn, stream)
 
-    def after(self, tok: tuple, fn: Any, stream: Any, grid: Any, block: Any, shmem: int) -> None:
+    def after(self, tok: tuple[Any, Any], fn: Any, stream: Any, grid: Any, block: Any, shmem: int) -> None:
         self.profiler.after(tok[0], fn, stream, grid, block, shmem)
         self.tracer.after(tok[1], fn, stream, grid, block, shmem)
 
