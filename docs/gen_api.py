@@ -42,6 +42,7 @@ SECTIONS = [
     (None, "pycudadrv._event", None),
     ("Host memory", "pycudadrv._host", None),
     ("Device memory", "pycudadrv._memory", None),
+    (None, "pycudadrv._usage", None),
     ("Interop (foreign arrays and streams)", "pycudadrv._interop", None),
     ("Kernel parameters (marshalling)", "pycudadrv._marshal", None),
     ("Kernels", "pycudadrv._kernel", None),

@@ -61,6 +61,7 @@ from pycudadrv._stream import *  # noqa: F401,F403
 from pycudadrv._event import *  # noqa: F401,F403
 from pycudadrv._host import *  # noqa: F401,F403
 from pycudadrv._memory import *  # noqa: F401,F403
+from pycudadrv._usage import BufferUsages as BufferUsages
 from pycudadrv._interop import *  # noqa: F401,F403
 from pycudadrv._marshal import *  # noqa: F401,F403
 from pycudadrv._kernel import *  # noqa: F401,F403
@@ -85,5 +86,5 @@ __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream
                   *_memory.__all__, *_interop.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
                   *_graph.__all__, *_sequence.__all__, *_loops.__all__, *_builder.__all__, *nvrtc.__all__, *link.__all__, *timestamps.__all__,
                   *queue.__all__,
-                  "Dispatch", "Encoder", "DeviceInfo", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "from_triton", "TritonKernel",
+                  "Dispatch", "Encoder", "DeviceInfo", "BufferUsages", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "from_triton", "TritonKernel",
                   "show_config", "__version__", "bench", "profile", "dispatch", "aio"})

@@ -12,7 +12,7 @@ from pycudadrv import _attributes, _capabilities
 from pycudadrv._env import env_flag
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CudaUnavailableError
 
-__all__ = ["Device", "device_count", "get_current_device", "select_devices", "selected_devices"]
+__all__ = ["Device", "context", "device_count", "get_current_device", "select_devices", "selected_devices"]
 
 cdef extern from "cuda.h":
     enum:
@@ -169,6 +169,13 @@ def get_current_device():
     return current_device()
 
 
+def context(device=None):
+    """The primary context (``CUcontext``) of ``device`` (a Device or an
+    ordinal; None: :func:`get_current_device`) as an int, like
+    ``Stream.handle``: :attr:`Device.context`. Raises as ``Device(ordinal)``."""
+    return as_device(device).context
+
+
 cdef class Device:
     """A CUDA device and its primary context.
 
@@ -260,6 +267,15 @@ cdef class Device:
         """Make this device's primary context current on the calling thread
         (``cuCtxSetCurrent``). Every pycudadrv call does this itself."""
         self.activate()
+
+    @property
+    def context(self):
+        """The device's primary context (``CUcontext``, retained once per
+        process with ``cuDevicePrimaryCtxRetain`` and never released) as an
+        int, like ``Stream.handle``: what ``cuCtxGetCurrent`` reports once the
+        device is current (:meth:`set_current`), for passing to another
+        library. The same for every Device object of one ordinal."""
+        return <size_t>self._context
 
     def use(self):
         """Make this the calling thread's current device (for calls that take

@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-__all__ = ["env_flag", "env_int", "foreign_sync_enabled", "debug_log", "ENVIRONMENT_VARIABLES"]
+__all__ = ["env_flag", "env_choice", "env_int", "foreign_sync_enabled", "debug_log", "ENVIRONMENT_VARIABLES"]
 
 _TRUE = frozenset(("1", "true", "yes", "on"))
 _FALSE = frozenset(("0", "false", "no", "off"))
@@ -28,8 +28,8 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_CACHE": "0 disables the on-disk compile cache",
     "PYCUDADRV_CACHE_DIR": "directory of the on-disk compile cache",
     "PYCUDADRV_CACHE_MAX_BYTES": "size limit of the compile cache in bytes (least recently used entries go first)",
-    "PYCUDADRV_PROFILE": "1: per-kernel time table at exit",
-    "PYCUDADRV_TRACE": "1: synchronise and print after every launch",
+    "PYCUDADRV_PROFILE": "1 (or events): per-kernel time table at exit; host: serialised host-clock timing",
+    "PYCUDADRV_TRACE": "1: synchronise and print after every launch (with PYCUDADRV_PROFILE, both)",
     "PYCUDADRV_NVTX": "1: NVTX ranges for passes, dispatches and profiled launches",
     "PYCUDADRV_PERSISTENT_BLOCKS": "blocks of a persistent indirect dispatch",
     "PYCUDADRV_INDIRECT_SYNC": "1: indirect dispatch reads the counts back (debug)",
@@ -66,6 +66,22 @@ def env_flag(name: str, default: bool = False) -> bool:
         return False
     _warn_once(name, raw, "a switch (use 1/0, true/false, yes/no, on/off)")
     return default
+
+
+def env_choice(name: str, choices: tuple[str, ...]) -> str | bool:
+    """A switch that also takes one of the words ``choices`` (any case): the
+    word (lower case) when one is given, else :func:`env_flag`'s value; any
+    other value warns once, naming both kinds, and gives False."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return False
+    v = raw.strip().lower()
+    if v in choices:
+        return v
+    if v in _TRUE or v in _FALSE:
+        return v in _TRUE
+    _warn_once(name, raw, f"a switch (1/0, true/false, yes/no, on/off) or one of {', '.join(choices)}")
+    return False
 
 
 def env_int(name: str, default: int | None = None, minimum: int | None = None) -> int | None:

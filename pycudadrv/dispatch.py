@@ -70,6 +70,7 @@ from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
 from pycudadrv._kernel import dims3
 from pycudadrv._memory import Buffer
 from pycudadrv._sequence import DispatchBase
+from pycudadrv._usage import INDIRECT_BIT, missing_usage
 from pycudadrv._uninit import initialised, missing
 
 if TYPE_CHECKING:  # for annotations only
@@ -254,6 +255,9 @@ class Dispatch(DispatchBase):
     def _dispatch_indirect(self, indirect: Buffer) -> None:
         if not isinstance(indirect, Buffer):
             raise ArgumentTypeError(f"indirect must be a Buffer of three u32, got {type(indirect).__name__}")
+        if not indirect._has_usage(INDIRECT_BIT):
+            raise missing_usage(indirect, INDIRECT_BIT, indirect.usage.value, f"Dispatch of '{self.function.name}', "
+                                "indirect=")
         if indirect.nbytes == 0:
             return
         if indirect.nbytes < 12:
