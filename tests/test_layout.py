@@ -17,11 +17,11 @@ needs_sources = pytest.mark.skipif(not HAS_SOURCES, reason="the package sources 
 #: Bottom up: a module may import only modules listed before it (plus the allow-list).
 LAYERS = [
     "_errors", "_textargs", "_uninit", "_env", "_paths", "_version", "_attributes", "_cuda", "_driver_api",
-    "_driver", "_device", "_stream", "_event", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_mangled", "_signature",
+    "_driver", "_device", "_stream", "_event", "_waiter", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_mangled", "_signature",
     "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "nvtx", "_timing", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "queue", "aio",
+    "_compile_cache", "nvtx", "_timing", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "aio", "queue",
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
@@ -36,7 +36,6 @@ ALLOWED_UPWARD = {
     ("_marshal", "_signature"): "pack_arguments() parses a signature string",
     ("_loops", "nvrtc"): "pycudadrv's condition kernels are compiled with NVRTC on first use",
     ("nvrtc", "link"): "compile(arch=[...]) builds a fatbin with nvFatbin",
-    ("queue", "aio"): "awaiting a Queue Submission goes through aio.wait",
 }
 
 IMPORT_RE = re.compile(r"^\s*(?:from\s+pycudadrv\.(\w+)\s+c?import|from\s+pycudadrv\s+import\s+([\w, ()]+)|"
