@@ -537,11 +537,13 @@ cdef class Waiter:
 cdef dict _waiters = {}       # device ordinal -> Waiter
 
 
-def waiter_for(Device device not None):
-    """The waiter of ``device`` (made on first use; its thread starts on the first submit)."""
-    w = _waiters.get(device.ordinal)
+def waiter_for(device):
+    """The waiter of ``device`` (a Device; made on first use, its thread starts on the first
+    submit), or with None this process's test waiter (host flags, no driver)."""
+    key = None if device is None else (<Device?>device).ordinal
+    w = _waiters.get(key)
     if w is None or (<Waiter>w)._w == NULL:
-        w = _waiters[device.ordinal] = Waiter(device)
+        w = _waiters[key] = Waiter(device)
     return w
 
 

@@ -586,11 +586,15 @@ class DevicePolicy:
 def policy(device=None) -> DevicePolicy:
     """The device's policy (a round-robin :class:`DevicePolicy` over 4
     streams, made on first use, unless :func:`set_policy` gave another)."""
-    dev = get_current_device() if device is None else (device if isinstance(device, Device) else Device(device))
+    dev = _device(device)
     p = _policies.get(dev.ordinal)
     if p is None:
         p = _policies[dev.ordinal] = DevicePolicy(dev)
     return p
+
+
+def _device(device):
+    return get_current_device() if device is None else (device if isinstance(device, Device) else Device(device))
 
 
 def set_policy(new, device=None):
@@ -599,7 +603,7 @@ def set_policy(new, device=None):
     if not callable(getattr(new, "next_stream", None)):
         raise ArgumentTypeError(f"aio.set_policy: the policy needs a next_stream() method, got {type(new).__name__}")
     prev = policy(device)
-    _policies[prev.device.ordinal] = new
+    _policies[_device(device).ordinal] = new      # (a policy of set_policy need not have a .device)
     return prev
 
 

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import weakref
 
 import numpy as np
 import pytest
 
 import pycudadrv as cd
-from pycudadrv import aio
+from pycudadrv import _waiter, aio
 
 
 # --- a pretend GPU ------------------------------------------------------------------------------
@@ -41,10 +42,12 @@ class FakeEvent:
         self.device = FakeDevice()
         self.done = False
         self.is_recorded = False
+        self.flag = np.zeros(1, np.int32)     # what the test waiter thread spins on: 1 done, else a CUresult
 
     def record(self, stream):
         self.is_recorded = True
         self.done = False
+        self.flag[0] = 0
         return self
 
     def query(self):
@@ -56,6 +59,7 @@ class FakeEvent:
         if GPU.fault is not None:
             raise GPU.fault
         self.done = True
+        self.flag[0] = 1
 
 
 class FakeStream:
@@ -77,9 +81,11 @@ class FakeStream:
 
 
 def complete(*events):
-    """The GPU finishes `events`: host functions behind them run on a driver thread (unless faulted)."""
+    """The GPU finishes `events`: host functions behind them run on a driver thread (unless faulted); the
+    waiter thread sees its flag (1, or the fault's code)."""
     for ev in events:
         ev.done = True
+        ev.flag[0] = 1 if GPU.fault is None else GPU.fault.code
     due = []
     for s in GPU.streams:
         for item in list(s.host_funcs):
@@ -92,7 +98,22 @@ def complete(*events):
         GPU.host_threads.append(t)
 
 
-@pytest.fixture(params=["host_func", "poll"])
+class FlagWaiter:
+    """The device waiter for fake events: the process's test waiter thread (pycudadrv._waiter), which
+    spins on each event's host flag instead of calling cuEventSynchronize."""
+
+    def __init__(self):
+        self.submitted = []
+
+    def submit(self, ev, channel, token, blocking):
+        self.submitted.append((token, blocking))
+        _waiter.waiter_for(None).submit_flag(ev.flag.ctypes.data, channel, token)
+
+
+MODES = ["spin", "blocking", "host_func", "poll"]
+
+
+@pytest.fixture(params=MODES)
 def fake(request, monkeypatch):
     global GPU
     GPU = Gpu()
@@ -100,6 +121,8 @@ def fake(request, monkeypatch):
     monkeypatch.setattr(aio, "Stream", FakeStream)
     for name in ("_events", "_signal_streams", "_misc_signal", "_policies"):
         monkeypatch.setattr(aio, name, {})
+    GPU.waiter = FlagWaiter()
+    monkeypatch.setattr(aio, "_waiter_for", lambda device: GPU.waiter)
     prev = aio.set_completion(request.param, watchdog_ms=5, spin_us=50, interval_ms=1)
     yield request.param
     aio.set_completion(**prev)
@@ -302,6 +325,324 @@ def test_the_default_policy_takes_its_streams_in_turn(fake):
     p = aio.DevicePolicy(streams=3)
     got = [p.next_stream() for _ in range(7)]
     assert got == [p.streams[k % 3] for k in range(7)] and len(set(map(id, p.streams))) == 3
+
+
+# --- the waiter thread (CPU: the test waiter spins on host flags) ------------------------------
+
+def test_the_default_mode_is_spin_and_the_environment_chooses_another(monkeypatch):
+    script = "from pycudadrv import aio; print(aio.get_completion()['mode'])"
+    for value, want in ((None, "spin"), ("blocking", "blocking"), (" Host_Func ", "host_func"), ("busy", "spin")):
+        env = {k: v for k, v in os.environ.items() if k != "PYCUDADRV_AIO_COMPLETION"}
+        if value is not None:
+            env["PYCUDADRV_AIO_COMPLETION"] = value
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_child_env(env))
+        assert r.returncode == 0 and r.stdout.strip() == want, r.stderr
+        assert ("is not one of spin, blocking, host_func, poll" in r.stderr) == (value == "busy")
+
+
+def _child_env(env=None):
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(cd.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.mark.parametrize("mode", ["spin", "blocking"])
+def test_the_waiter_modes_hand_each_armed_event_to_the_waiter_thread(fake, mode):
+    if fake != mode:
+        pytest.skip("one mode at a time")
+
+    async def main():
+        s = FakeStream()
+        futs = [aio.wait(s) for _ in range(3)]
+        asyncio.get_running_loop().call_later(0.01, complete, *[f.event for f in futs])
+        await asyncio.gather(*futs)
+        return [f.done() for f in futs]
+    assert run(main()) == [True, True, True]
+    assert [b for _, b in GPU.waiter.submitted] == [mode == "blocking"] * 3
+    assert len({t for t, _ in GPU.waiter.submitted}) == 3          # one token per wait
+
+
+def test_a_future_awaited_by_two_tasks_and_then_again_resolves_all_of_them(fake):
+    async def main():
+        s = FakeStream()
+        fut = aio.wait(s)
+        asyncio.get_running_loop().call_later(0.01, complete, fut.event)
+        got = await asyncio.gather(_await(fut), _await(fut), _await(fut))
+        await fut
+        return got, fut.done()
+    assert run(main()) == ([None, None, None], True)
+
+
+def test_two_event_loops_on_two_threads_each_get_their_own_completions(fake):
+    results = {}
+
+    def one(name, delay):
+        async def main():
+            s = FakeStream()
+            futs = [aio.wait(s) for _ in range(5)]
+            asyncio.get_running_loop().call_later(delay, complete, *[f.event for f in futs])
+            await asyncio.gather(*futs)
+            return threading.current_thread().name, all(f.done() for f in futs)
+        results[name] = run(main())
+    threads = [threading.Thread(target=one, args=(f"t{k}", 0.005 * (k + 1)), name=f"t{k}") for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert results == {"t0": ("t0", True), "t1": ("t1", True)}
+
+
+def test_a_loop_closed_with_futures_pending_leaves_them_pending_and_another_loop_can_await_them(fake):
+    async def arm():
+        s = FakeStream()
+        return aio.wait(s)
+    fut = run(arm())                         # armed in a loop that is gone now
+    assert not fut.done() and "pending" in repr(fut)
+    complete(fut.event)
+
+    async def again():
+        await fut
+        return fut.done()
+    assert run(again()) is True
+
+
+def test_closed_loops_do_not_keep_their_descriptors(fake):
+    if fake not in ("spin", "blocking"):
+        pytest.skip("the channel of the waiter modes")
+
+    async def one():
+        s = FakeStream()
+        fut = aio.wait(s)
+        asyncio.get_running_loop().call_soon(complete, fut.event)
+        await fut
+    run(one())
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(30):
+        run(one())
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
+def test_a_channel_hands_over_tokens_and_failures_in_order():
+    w = _waiter.Waiter(None)
+    ch = _waiter.Channel()
+    flags = np.zeros(3, np.int32)
+    for k in range(3):
+        w.submit_flag(flags.ctypes.data + 4 * k, ch, 10 + k)
+    flags[0], flags[1] = 1, 700                 # the third still pending: the waiter waits in order
+    deadline = time.time() + 10
+    got = []
+    while len(got) < 2 and time.time() < deadline:
+        got += ch.take()
+        time.sleep(0.001)
+    assert got == [10, (11, 700)] and w.pending == 1
+    flags[2] = 1
+    while len(got) < 3 and time.time() < deadline:
+        got += ch.take()
+        time.sleep(0.001)
+    assert got == [10, (11, 700), 12] and w.pending == 0 and w.completed == 3
+    assert w.stop(1.0) and not w.running
+    ch.close()
+    ch.close()                                  # a second close is a no-op
+    assert ch.take() == [] and ch.closed
+    with pytest.raises(cd.ClosedError, match="channel is closed"):
+        w.submit_flag(flags.ctypes.data, ch, 1)
+    with pytest.raises(cd.ArgumentValueError, match="NULL"):
+        w.submit_flag(0, _waiter.Channel(), 1)
+
+
+WAITER_SCRIPT = r"""
+import os, sys, time, numpy as np
+from pycudadrv import _waiter
+w = _waiter.waiter_for(None)
+ch = _waiter.Channel()
+flags = np.zeros(2, np.int32)
+w.submit_flag(flags.ctypes.data, ch, 1)
+flags[0] = 1
+t0 = time.time()
+while ch.take() != [1]:
+    assert time.time() - t0 < 10
+    time.sleep(0.001)
+if sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid == 0:                       # the child: no thread; a new waiter starts on the first wait
+        w2 = _waiter.waiter_for(None)
+        ok = w2 is not w and not w2.running and w2.pending == 0
+        try:
+            w.submit_flag(flags.ctypes.data, ch, 2)
+            ok = False
+        except Exception as e:
+            ok = ok and type(e).__name__ == "StateError"
+        ch2 = _waiter.Channel()
+        flags[1] = 1
+        w2.submit_flag(flags.ctypes.data + 4, ch2, 3)
+        t0 = time.time()
+        while ch2.take() != [3]:
+            if time.time() - t0 > 10:
+                os._exit(3)
+            time.sleep(0.001)
+        os._exit(0 if ok and w2.running else 2)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status), "parent running", w.running)
+elif sys.argv[1] == "stuck":
+    w.submit_flag(flags.ctypes.data + 4, ch, 2)      # never set: the thread is stuck in it at exit
+    print("stuck", w.pending)
+else:
+    print("idle", w.running)
+"""
+
+
+@pytest.mark.parametrize("case", ["idle", "stuck", "fork"])
+def test_the_waiter_thread_stops_at_exit_and_restarts_in_a_forked_child(case):
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-c", WAITER_SCRIPT, case], capture_output=True, text=True, timeout=60,
+                       env=_child_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    want = {"idle": "idle True", "stuck": "stuck 1", "fork": "child 0 parent running True"}[case]
+    assert r.stdout.strip() == want
+    assert time.time() - t0 < 30                 # no hang at interpreter exit
+
+
+# --- lazy futures (CPU) -------------------------------------------------------------------------
+
+class FakeFunction:
+    name = "k"
+
+    def __init__(self, fail=None):
+        self.device = FakeDevice()
+        self.calls = []
+        self.fail = fail
+
+    def launch(self, grid, block, *args, stream=None):
+        self.calls.append((grid, block, args, stream))
+        if self.fail is not None:
+            raise self.fail
+
+
+@pytest.fixture
+def lazy_fake(fake, monkeypatch):
+    monkeypatch.setattr(aio, "Device", FakeDevice)
+    return fake
+
+
+def test_a_lazy_launch_runs_at_its_first_await_and_only_once(lazy_fake):
+    fn = FakeFunction()
+
+    async def main():
+        fut = aio.launch(fn, 4, 256, "y", "x", lazy=True)
+        assert fn.calls == [] and fut.stream is None and not fut.done()
+        assert "deferred" in repr(fut)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, lambda: complete(fut._event))
+        await asyncio.gather(_await(fut), _await(fut))
+        await fut
+        return fut
+    fut = run(main())
+    assert len(fn.calls) == 1 and fn.calls[0][:3] == (4, 256, ("y", "x")) and fut.done()
+    assert fn.calls[0][3] is fut.stream and isinstance(fut.stream, FakeStream)
+
+
+def test_submit_submits_a_lazy_future_once_and_result_submits_one_too(lazy_fake):
+    fn = FakeFunction()
+    fut = aio.launch(fn, 1, 32, 1.0, lazy=True)
+    assert fut.submit() is fut and fut.submit() is fut and len(fn.calls) == 1
+    fut2 = aio.launch(fn, 1, 32, 2.0, lazy=True)
+    assert fut2.result() is None and len(fn.calls) == 2
+    eager = aio.launch(fn, 1, 32, 3.0)
+    assert len(fn.calls) == 3 and eager.submit() is eager and len(fn.calls) == 3
+
+
+def test_a_lazy_launch_error_comes_back_through_the_future_at_every_await(lazy_fake):
+    err = cd.ArgumentValueError("kernel 'k': grid (0, 1, 1) out of range")
+    fn = FakeFunction(fail=err)
+    fut = aio.launch(fn, 0, 32, lazy=True)          # no error here
+
+    async def main():
+        got = []
+        for _ in range(2):
+            try:
+                await fut
+            except cd.ArgumentValueError as e:
+                got.append(e)
+        return got
+    got = run(main())
+    assert got == [err, err] and len(fn.calls) == 1 and "failed" in repr(fut)
+    with pytest.raises(cd.ArgumentValueError, match="out of range"):
+        fut.result()
+    with pytest.raises(cd.ArgumentValueError):
+        aio.launch(fn, 0, 32)                       # the eager form raises at the call, as before
+    bad = aio.launch(object(), 1, 1, lazy=True)
+    with pytest.raises(cd.ArgumentTypeError, match="aio.launch takes a Function"):
+        run(_await(bad))
+    bad_p = aio.submit(None, lazy=True)
+    with pytest.raises(cd.ArgumentTypeError, match="aio.submit takes a PreparedLaunch"):
+        bad_p.result()
+
+
+def test_a_lazy_launch_takes_its_stream_from_the_policy_at_submission_and_raises_its_errors(lazy_fake):
+    class Broken:
+        def next_stream(self):
+            raise cd.StateError("policy: no stream left")
+    fn = FakeFunction()
+    futs = [aio.launch(fn, 1, 32, lazy=True) for _ in range(2)]
+    prev = aio.set_policy(Broken(), fn.device)
+    try:
+        with pytest.raises(cd.StateError, match="no stream left"):
+            run(_await(futs[0]))
+    finally:
+        aio.set_policy(prev, fn.device)
+    futs[1].submit()
+    assert fn.calls[0][3] is prev.streams[0]
+
+
+def test_a_lazy_launch_keeps_its_arguments_alive_until_the_work_is_done(lazy_fake):
+    class Arg:
+        pass
+    fn = FakeFunction()
+    arg = Arg()
+    ref = weakref.ref(arg)
+    fut = aio.launch(fn, 1, 32, arg, lazy=True)
+    del arg
+    gc.collect()
+    assert ref() is not None                       # held before submission
+    fut.submit()
+    gc.collect()
+    assert ref() is not None and not fut.done()    # and while the work runs
+    complete(fut._event)
+    assert fut.done()
+    fn.calls.clear()                               # (the fake function's own record of the call)
+    gc.collect()
+    assert ref() is None
+
+
+def test_wait_takes_anything_with_the_submission_protocol(fake):
+    class Work:
+        def __init__(self, stream, event, done=False):
+            self.label, self.stream, self.done, self._ev = "work #1", stream, done, event
+
+        @property
+        def event(self):
+            return self._ev
+
+    async def main():
+        s = FakeStream()
+        ev = FakeEvent().record(s)
+        w = Work(s, ev)
+        fut = aio.wait(w)
+        assert fut.label == "work #1" and fut.stream is s
+        asyncio.get_running_loop().call_later(0.01, complete, ev)
+        await fut
+        done = aio.wait(Work(s, None, done=lambda: True))
+        await done
+        return fut.done(), done.done()
+    assert run(main()) == (True, True)
+
+
+def test_aio_does_not_import_queue():
+    import pycudadrv.aio as m
+    src = open(m.__file__, encoding="utf-8").read()
+    assert "pycudadrv.queue" not in src and "import queue" not in src
 
 
 # --- on the GPU ---------------------------------------------------------------------------------
