@@ -673,7 +673,7 @@ def mod():
     return cd.compile(KERNELS).load()
 
 
-@pytest.fixture(params=["host_func", "poll"])
+@pytest.fixture(params=MODES)
 def mode(request):
     prev = aio.set_completion(request.param)
     yield request.param
@@ -805,7 +805,7 @@ print(json.dumps({"faulty": type(a).__name__, "message": str(a), "bystander": b}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("completion", ["host_func", "poll"])
+@pytest.mark.parametrize("completion", MODES)
 def test_a_faulting_awaited_launch_raises_in_its_task_only(completion):
     # A fault poisons the CUDA context for the rest of the process: run it in a subprocess.
     env = dict(os.environ)
@@ -816,3 +816,182 @@ def test_a_faulting_awaited_launch_raises_in_its_task_only(completion):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["faulty"] == "CudaError" and got["bystander"] == 20
     assert "kernel 'wild_write'" in got["message"]
+
+
+@pytest.mark.gpu
+def test_each_mode_twice_after_a_queue_submission_and_a_graph_launch(mod, rng):
+    n = 2048
+    fn = mod.function("affine")
+    prev = aio.get_completion()
+
+    async def main(x_h, a, b):
+        with cd.Queue(streams=2) as q:
+            x = q.from_numpy(x_h)
+            y = q.from_numpy(np.full(n, np.nan, np.float32))
+            await q.launch(fn, n // 256, 256, y, x, a, b, n)                # y = a x + b
+            s = cd.Stream()
+            z = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s)
+            await aio.wait(q.launch(fn, 1, 1, y, y, 1.0, 0.0, 1))        # one more submission, awaited
+            with s.capture() as g:
+                fn.launch(n // 256, 256, z, y, -1.0, 0.5, n, stream=s)     # z = -y + 1/2
+            g.launch(s)
+            await aio.wait(s)                                              # after a graph launch
+            w = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s)
+            await aio.launch(fn, n // 256, 256, w, z, 2.0, 0.0, n, stream=s)   # w = 2 z
+            return z.to_numpy(stream=s), w.to_numpy(stream=s)
+    try:
+        for m in MODES:
+            aio.set_completion(m)
+            for _ in range(2):
+                x_h = rng.standard_normal(n).astype(np.float32)
+                a, b = (float(v) for v in rng.uniform(-2, 2, 2).astype(np.float32))
+                z, w = asyncio.run(main(x_h, a, b))
+                ref = -(np.float64(a) * x_h + b) + 0.5
+                np.testing.assert_allclose(z, ref, rtol=1e-5, atol=1e-5, err_msg=m)
+                np.testing.assert_allclose(w, 2 * ref, rtol=1e-5, atol=1e-5, err_msg=m)
+    finally:
+        aio.set_completion(**prev)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("completion", ["spin", "blocking"])
+def test_the_waiter_thread_reports_pending_work_and_sleeps_after(mod, rng, completion):
+    from pycudadrv import _waiter
+    x_h = rng.standard_normal(256).astype(np.float32)
+    x = cd.Buffer.from_numpy(x_h)
+    y = cd.Buffer.from_numpy(np.full(256, np.nan, np.float32))
+    cd.Device(0).synchronize()
+    w = _waiter.waiter_for(cd.Device(0))
+    prev = aio.set_completion(completion)
+
+    async def main():
+        s = cd.Stream()
+        gate = threading.Event()
+        s.launch_host_func(lambda: gate.wait(10))      # the stream's later work stays pending until the gate opens
+        fut = aio.launch(mod.function("affine"), 1, 256, y, x, 1.0, 0.0, 256, stream=s)      # y = x
+        asyncio.get_running_loop().call_later(0.02, gate.set)
+        pending_at_await = not fut.done()
+        await fut
+        return pending_at_await
+    try:
+        for _ in range(2):
+            before = w.completed
+            y.fill(np.float32(np.nan))
+            cd.Device(0).synchronize()
+            assert asyncio.run(main()) is True
+            assert w.completed - before >= 1 and w.running    # the waiter thread reported it
+            t0 = time.time()
+            while w.pending and time.time() - t0 < 10:
+                time.sleep(0.001)
+            assert w.pending == 0                        # idle: nothing queued, the thread sleeps
+            np.testing.assert_array_equal(y.to_numpy(), x_h)
+    finally:
+        aio.set_completion(**prev)
+
+
+@pytest.mark.gpu
+def test_two_loops_on_two_threads_await_kernels_with_the_spin_waiter(mod, rng):
+    n = 1024
+    fn = mod.function("affine")
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    out = {}
+
+    def one(k):
+        x = cd.Buffer.from_numpy(xs[k])
+        ys = [cd.Buffer.from_numpy(np.full(n, np.nan, np.float32)) for _ in range(8)]
+        cd.Device(0).synchronize()
+
+        async def main():
+            futs = [aio.launch(fn, n // 256, 256, ys[j], x, float(j), float(k), n) for j in range(8)]
+            await asyncio.gather(*futs)
+            return [ys[j].to_numpy(stream=futs[j].stream) for j in range(8)]
+        out[k] = asyncio.run(main())
+    prev = aio.set_completion("spin")
+    try:
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        aio.set_completion(**prev)
+    for k in range(2):
+        for j in range(8):
+            np.testing.assert_allclose(out[k][j], j * xs[k].astype(np.float64) + k, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_lazy_launch_runs_once_at_its_first_await(mod, rng, mode):
+    n = 1024
+    y_h = rng.standard_normal(n).astype(np.float32)
+    a, b = 1.5, -0.25
+    y = cd.Buffer.from_numpy(y_h)
+    s = cd.Stream()
+    cd.Device(0).synchronize()
+
+    async def main():
+        fut = aio.launch(mod.function("affine"), n // 256, 256, y, y, a, b, n, stream=s, lazy=True)   # y = a y + b
+        s.synchronize()
+        untouched = y.to_numpy(stream=s)
+        await asyncio.gather(fut, fut)
+        await fut                                      # awaited three times: run once
+        return untouched, y.to_numpy(stream=s)
+    untouched, got = asyncio.run(main())
+    np.testing.assert_array_equal(untouched, y_h)
+    np.testing.assert_allclose(got, a * y_h.astype(np.float64) + b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_lazy_launch_raises_its_launch_errors_at_the_await(mod, mode):
+    y = cd.Buffer.zeros(256, np.float32)
+    fn = mod.function("affine")
+
+    async def main():
+        few = aio.launch(fn, 1, 256, y, lazy=True)                        # too few arguments
+        huge = aio.launch(fn, 1, 4096, y, y, 1.0, 0.0, 256, lazy=True)    # block beyond the device's limit
+        errs = []
+        for fut in (few, huge):
+            try:
+                await fut
+            except cd.Error as e:
+                errs.append(e)
+        ok = aio.launch(fn, 1, 256, y, y, 1.0, 0.0, 256, lazy=True)
+        await ok
+        return errs, ok.done()
+    errs, ok = asyncio.run(main())
+    assert isinstance(errs[0], cd.ArgumentTypeError) and "affine" in str(errs[0])
+    assert isinstance(errs[1], cd.ArgumentValueError) and "4096" in str(errs[1])
+    assert ok
+
+
+FORK_SCRIPT = r"""
+import asyncio, os, sys
+import numpy as np
+import pycudadrv as cd
+from pycudadrv import _waiter, aio
+aio.set_completion("spin")
+s = cd.Stream()
+y = cd.Buffer.zeros(1024, np.float32, stream=s)
+
+async def main():
+    await aio.wait(s)
+asyncio.run(main())
+w = _waiter.waiter_for(cd.Device(0))
+assert w.running
+pid = os.fork()
+if pid == 0:
+    w2 = _waiter.waiter_for(cd.Device(0))          # no CUDA call in the child (CUDA does not survive fork)
+    os._exit(0 if (w2 is not w and not w2.running and w2.pending == 0) else 2)
+_, status = os.waitpid(pid, 0)
+asyncio.run(main())                                # the parent's thread goes on
+print("child", os.waitstatus_to_exitcode(status), "parent", w.running)
+"""
+
+
+@pytest.mark.gpu
+def test_a_forked_child_starts_without_the_parents_waiter_thread():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(cd.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "child 0 parent True"
