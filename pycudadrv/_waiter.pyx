@@ -37,6 +37,7 @@ from pycudadrv._stream cimport EventBase
 
 import atexit
 import os
+from collections import deque
 
 from pycudadrv._errors import ArgumentValueError, ClosedError, StateError
 
@@ -371,6 +372,11 @@ cdef class Waiter:
     cdef waiter_t* _w
     cdef readonly object device
     cdef pid_t _pid
+    # The Events of the waits in submission order, from the first not known finished: the thread
+    # uses their handles without holding them, so they stay alive here until their wait is done
+    # (waits finish in this order: w->done counts them), even if their future and loop are gone.
+    cdef object _held
+    cdef uint64_t _released
 
     def __cinit__(self, device=None):
         cdef waiter_t* w = <waiter_t*>malloc(sizeof(waiter_t))
@@ -396,13 +402,16 @@ cdef class Waiter:
         self._w = w
         self.device = device
         self._pid = _pid
+        self._held = deque()
+        self._released = 0
 
-    cdef int _push(self, void* handle, Channel ch, uint64_t token, int kind) except -1:
+    cdef int _push(self, void* handle, Channel ch, uint64_t token, int kind, object keep) except -1:
         cdef waiter_t* w = self._w
         cdef channel_t* c = ch._ch
         cdef entry_t* ring
         cdef size_t cap, k
         cdef int rc = 0
+        cdef uint64_t done = 0
         if c == NULL:
             raise ClosedError("pycudadrv.aio: the completion channel is closed")
         if self._pid != _pid or c.pid != _pid:
@@ -439,7 +448,14 @@ cdef class Waiter:
                         rc = -2
                 if rc == 0:
                     pthread_cond_signal(&w.cv)
+            done = w.done
             pthread_mutex_unlock(&w.mu)
+        held = self._held
+        while self._released < done:
+            held.popleft()
+            self._released += 1
+        if rc == 0:
+            held.append(keep)
         if rc != 0:
             pthread_mutex_lock(&c.mu)
             channel_unref(c)
@@ -449,15 +465,16 @@ cdef class Waiter:
         return 0
 
     def submit(self, EventBase event not None, Channel channel not None, unsigned long long token, bint blocking):
-        """Queue a wait for ``event`` (recorded; kept alive by the caller until its token comes back
-        through ``channel``): ``cuEventSynchronize`` on the waiter thread, or with ``blocking`` the
+        """Queue a wait for ``event`` (recorded; the waiter keeps it alive until the wait is done): ``cuEventSynchronize`` on the waiter thread, or with ``blocking`` the
         blocking-sync path. Starts the thread on first use. Raises ClosedError for a closed
         channel or event."""
+        if self._w == NULL:
+            raise StateError("pycudadrv.aio: this waiter was stopped while stuck in a wait; use waiter_for()")
         if self._w.ctx == NULL:
             raise StateError("pycudadrv.aio: a test waiter (device=None) takes submit_flag() only")
         if event._closed or event._handle == NULL:
             raise ClosedError("pycudadrv.aio: the awaited event is closed")
-        self._push(<void*>event._handle, channel, token, WAIT_BLOCKING if blocking else WAIT_SPIN)
+        self._push(<void*>event._handle, channel, token, WAIT_BLOCKING if blocking else WAIT_SPIN, event)
 
     def submit_flag(self, uintptr_t address, Channel channel not None, unsigned long long token):
         """Tests: queue a wait that spins (50 us pauses) until the int32 at ``address`` is nonzero
@@ -465,12 +482,16 @@ cdef class Waiter:
         until the token comes back."""
         if address == 0:
             raise ArgumentValueError("Waiter.submit_flag: address is NULL")
-        self._push(<void*>address, channel, token, WAIT_FLAG)
+        if self._w == NULL:
+            raise StateError("pycudadrv.aio: this waiter was stopped while stuck in a wait; use waiter_for()")
+        self._push(<void*>address, channel, token, WAIT_FLAG, None)
 
     @property
     def pending(self):
         """Waits queued or in progress."""
         cdef int n
+        if self._w == NULL or self._pid != _pid:
+            return 0
         with nogil:
             pthread_mutex_lock(&self._w.mu)
             n = <int>self._w.count + self._w.waiting
@@ -480,12 +501,12 @@ cdef class Waiter:
     @property
     def running(self):
         """Whether the thread is alive."""
-        return bool(self._w.started and not self._w.exited)
+        return self._w != NULL and self._pid == _pid and bool(self._w.started and not self._w.exited)
 
     @property
     def completed(self):
         """Waits finished since the waiter was made."""
-        return self._w.done
+        return 0 if self._w == NULL else self._w.done
 
     def stop(self, double timeout_s=1.0):
         """Ask the thread to stop (waits still queued are abandoned: their futures stay pending) and
@@ -494,7 +515,7 @@ cdef class Waiter:
         starts a new one."""
         cdef waiter_t* w = self._w
         cdef int ok
-        if self._pid != _pid:
+        if self._pid != _pid or w == NULL:
             return True
         with nogil:
             pthread_mutex_lock(&w.mu)
@@ -513,7 +534,10 @@ cdef class Waiter:
                     pthread_join(w.thread, NULL)
                 else:
                     pthread_detach(w.thread)
-        if not ok:
+        if ok:
+            self._held.clear()            # finished or dropped: nothing of the thread's is left
+            self._released = w.done
+        else:
             self._w = NULL                # the detached thread still uses it: leave it to the thread
             self._pid = -1
         return bool(ok)

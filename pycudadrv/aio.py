@@ -323,9 +323,10 @@ class GpuFuture:
             if self._armed is not loop:
                 self._ordered = False        # armed late: other futures of its stream may be behind it
                 _completer(loop).arm(self)
-            fut = loop.create_future()
-            self._waiters.append(fut)
-            yield from fut
+            if self._state == _PENDING:      # (arming can fail it: a closed event)
+                fut = loop.create_future()
+                self._waiters.append(fut)
+                yield from fut
         if self._state == _FAILED:
             raise self._error
         return None

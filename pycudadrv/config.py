@@ -46,6 +46,7 @@ VARIABLE_KINDS: dict[str, Any] = {
     "PYCUDADRV_INDIRECT_TRACE": "switch", "PYCUDADRV_GRAPH_DOT": "path", "PYCUDADRV_ALLOC_TRACE": "switch",
     "PYCUDADRV_DEVICES": "devices", "PYCUDADRV_DEBUG": "switch", "PYCUDADRV_CUDNN": "switch",
     "PYCUDADRV_MPI_CUDA_AWARE": "strict switch", "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "switch",
+    "PYCUDADRV_AIO_COMPLETION": ("choice", "spin", "blocking", "host_func", "poll"),
 }
 
 #: Optional libraries reported under "optional libraries": (title, pycudadrv module, probes, library
@@ -283,6 +284,10 @@ def value_problem(name: str, raw: str) -> str | None:
         then = ("pycudadrv.mpi.detect_cuda_aware() raises ArgumentValueError" if kind == "strict switch"
                 else "it warns once and the default applies")
         return f"not a switch (1/0, true/false, yes/no, on/off): {then}"
+    if isinstance(kind, tuple) and kind[0] == "choice":
+        if not v or v.lower() in kind[1:]:
+            return None
+        return f"not one of {', '.join(kind[1:])}: it warns once and the default applies"
     if isinstance(kind, tuple):
         if not v:
             return None
