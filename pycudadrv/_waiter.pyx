@@ -419,37 +419,38 @@ cdef class Waiter:
         pthread_mutex_lock(&c.mu)
         c.refs += 1
         pthread_mutex_unlock(&c.mu)
-        with nogil:
-            pthread_mutex_lock(&w.mu)
-            if w.count == w.cap:
-                cap = w.cap * 2 if w.cap else 64
-                ring = <entry_t*>malloc(cap * sizeof(entry_t))
-                if ring == NULL:
-                    rc = -1
-                else:
-                    for k in range(w.count):
-                        ring[k] = w.ring[(w.head + k) % w.cap]
-                    free(w.ring)
-                    w.ring, w.head, w.cap = ring, 0, cap
+        # With the GIL held throughout (the thread never takes it, so this cannot deadlock): pushes
+        # from several Python threads enter the ring and _held in one order.
+        pthread_mutex_lock(&w.mu)
+        if w.count == w.cap:
+            cap = w.cap * 2 if w.cap else 64
+            ring = <entry_t*>malloc(cap * sizeof(entry_t))
+            if ring == NULL:
+                rc = -1
+            else:
+                for k in range(w.count):
+                    ring[k] = w.ring[(w.head + k) % w.cap]
+                free(w.ring)
+                w.ring, w.head, w.cap = ring, 0, cap
+        if rc == 0:
+            k = (w.head + w.count) % w.cap
+            w.ring[k].token = token
+            w.ring[k].handle = handle
+            w.ring[k].ch = c
+            w.ring[k].kind = kind
+            w.count += 1
+            if not w.started or w.exited:
+                if w.started:                 # stopped before (stop_all): reap it, start anew
+                    pthread_join(w.thread, NULL)
+                w.started, w.exited, w.stop = 1, 0, 0
+                if pthread_create(&w.thread, NULL, waiter_main, <void*>w) != 0:
+                    w.started = 0
+                    w.count -= 1
+                    rc = -2
             if rc == 0:
-                k = (w.head + w.count) % w.cap
-                w.ring[k].token = token
-                w.ring[k].handle = handle
-                w.ring[k].ch = c
-                w.ring[k].kind = kind
-                w.count += 1
-                if not w.started or w.exited:
-                    if w.started:                 # stopped before (stop_all): reap it, start anew
-                        pthread_join(w.thread, NULL)
-                    w.started, w.exited, w.stop = 1, 0, 0
-                    if pthread_create(&w.thread, NULL, waiter_main, <void*>w) != 0:
-                        w.started = 0
-                        w.count -= 1
-                        rc = -2
-                if rc == 0:
-                    pthread_cond_signal(&w.cv)
-            done = w.done
-            pthread_mutex_unlock(&w.mu)
+                pthread_cond_signal(&w.cv)
+        done = w.done
+        pthread_mutex_unlock(&w.mu)
         held = self._held
         while self._released < done:
             held.popleft()

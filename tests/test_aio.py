@@ -452,6 +452,34 @@ def test_a_channel_hands_over_tokens_and_failures_in_order():
         w.submit_flag(0, _waiter.Channel(), 1)
 
 
+def test_waits_submitted_from_several_threads_at_once_all_come_back():
+    w = _waiter.Waiter(None)
+    flags = np.ones(4 * 300, np.int32)             # already "done": the thread reports at once
+    chans = [_waiter.Channel() for _ in range(4)]
+    errors = []
+
+    def submit(t):
+        try:
+            for k in range(300):
+                w.submit_flag(flags.ctypes.data + 4 * (300 * t + k), chans[t], 300 * t + k)
+        except Exception as e:          # noqa: BLE001 -- reported below
+            errors.append(e)
+    threads = [threading.Thread(target=submit, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    got = [[] for _ in range(4)]
+    deadline = time.time() + 20
+    while sum(map(len, got)) < 1200 and time.time() < deadline:
+        for t in range(4):
+            got[t] += chans[t].take()
+        time.sleep(0.001)
+    assert errors == []
+    assert [sorted(g) for g in got] == [list(range(300 * t, 300 * (t + 1))) for t in range(4)]
+    assert w.stop(2.0)
+
+
 WAITER_SCRIPT = r"""
 import os, sys, time, numpy as np
 from pycudadrv import _waiter
