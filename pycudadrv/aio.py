@@ -197,13 +197,12 @@ class GpuFuture:
         self._state = _PENDING
         try:
             stream, keep = thunk()
+            self.stream, self._keep = stream, keep      # (kept even if the record below fails)
             self._event = _recorded_event(self.label, stream)
         except Exception as err:     # launch, policy or record errors come back through the future
             self._error = err
             self._state = _FAILED
             return self
-        self.stream = stream
-        self._keep = keep
         loop = _running_loop()
         if loop is not None:
             _completer(loop).arm(self)
