@@ -271,11 +271,12 @@ class GpuFuture:
     def _finish(self, state):
         self._state = state
         waiters, self._waiters = self._waiters, []
+        running = _running_loop() if waiters else None
         for fut in waiters:
             if fut.done():
                 continue
             loop = fut.get_loop()
-            if loop is _running_loop():
+            if loop is running:
                 fut.set_result(None)
             else:
                 loop.call_soon_threadsafe(_resolve, fut)
