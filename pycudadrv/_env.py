@@ -43,6 +43,8 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_MPI_CUDA_AWARE": "1/0: pycudadrv.mpi treats the MPI library as CUDA-aware or not (unset: detect)",
     "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "0: do not order another library's arrays after their producer's stream "
                                            "(CuPy's CUPY_CUDA_ARRAY_INTERFACE_SYNC, Numba's NUMBA_...); default on",
+    "PYCUDADRV_AIO_COMPLETION": "pycudadrv.aio's completion mode at import: spin (default), blocking, host_func "
+                                "or poll",
 }
 
 

@@ -48,6 +48,7 @@ VARIABLE_KINDS: dict[str, Any] = {
     "PYCUDADRV_DEVICES": "devices", "PYCUDADRV_DEBUG": "switch", "PYCUDADRV_CUDNN": "switch",
     "PYCUDADRV_CUDNN_PATH": "library",
     "PYCUDADRV_MPI_CUDA_AWARE": "strict switch", "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "switch",
+    "PYCUDADRV_AIO_COMPLETION": ("choice", "spin", "blocking", "host_func", "poll"),
 }
 
 #: Optional libraries reported under "optional libraries": (title, pycudadrv module, probes, library
@@ -290,6 +291,10 @@ def value_problem(name: str, raw: str) -> str | None:
             return None
         return f"not a switch (1/0, true/false, yes/no, on/off) nor one of {', '.join(kind[1])}: it warns once and " \
                "the default applies"
+    if isinstance(kind, tuple) and kind[0] == "choice":
+        if not v or v.lower() in kind[1:]:
+            return None
+        return f"not one of {', '.join(kind[1:])}: it warns once and the default applies"
     if isinstance(kind, tuple):
         if not v:
             return None

@@ -18,11 +18,11 @@ needs_sources = pytest.mark.skipif(not HAS_SOURCES, reason="the package sources 
 #: Bottom up: a module may import only modules listed before it (plus the allow-list).
 LAYERS = [
     "_errors", "_usage", "_textargs", "_uninit", "_env", "_paths", "_version", "_attributes", "_capabilities", "_cuda", "_driver_api",
-    "_driver", "_device", "_stream", "_event", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_mangled", "_signature",
+    "_driver", "_device", "_stream", "_event", "_waiter", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_mangled", "_signature",
     "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "_includes", "nvtx", "_timing", "_linklibs", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "queue", "aio", "_builder",
+    "_compile_cache", "_includes", "nvtx", "_timing", "_linklibs", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "aio", "queue", "_builder",
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
@@ -36,7 +36,6 @@ ALLOWED_UPWARD = {
     ("_stream", "_event"): "Stream.record() makes an Event when none is given",
     ("_marshal", "_signature"): "pack_arguments() parses a signature string",
     ("_loops", "nvrtc"): "pycudadrv's condition kernels are compiled with NVRTC on first use",
-    ("queue", "aio"): "awaiting a Queue Submission goes through aio.wait",
     ("_launch", "_builder"): "Function.builder() returns a LaunchBuilder (built on Function and aio)",
 }
 
