@@ -150,9 +150,10 @@ def print_table(columns, rows, *, first: str = "row", heading: str | None = None
     """A table: ``columns`` is ``[(title, width, fmt), ...]`` after the name column (``fmt``
     a format spec such as ``".3f"``, ``"<"`` for left-aligned text); ``rows`` is
     ``[(name, value, ...), ...]`` with None for a blank cell. ``heading`` goes before it
-    (after an empty line), ``note`` after it."""
+    (after an empty line; ``""``: the empty line alone), ``note`` after it."""
     w = max([len(first)] + [len(r[0]) for r in rows]) + 2
-    print(f"\n{heading}" if heading else "")
+    if heading is not None:
+        print(f"\n{heading}" if heading else "")
     print(f"{first:<{w}}" + "".join(_cell(t, wd, "<" if f == "<" else "") for t, wd, f in columns))
     print("-" * (w + sum(wd for _, wd, _ in columns)))
     for name, *vals in rows:
