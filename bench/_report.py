@@ -174,14 +174,16 @@ def print_ratio_table(rep: dict, *, heading: str | None = None, key: str = "per_
                       extra=(), order=None, note: str | None = None) -> None:
     """The table of an :meth:`Interleaved.table_report`: per row the median ``<key>`` (as
     ``unit``), the median ratio to the floor with its min and max, the median drain time
-    (``drain``), target and PASS/FAIL; ``extra`` adds columns after ``unit``, each
+    (``drain``), target and PASS/FAIL (when a row has a target); ``extra`` adds columns after ``unit``, each
     ``(title, width, fmt, value(row_report))``; ``order``: the rows (default all)."""
     fl, rows = rep["floor"], rep["rows"]
     cols = [(unit, 10, fmt)] + [(t, wd, f) for t, wd, f, _ in extra] + [(ratio, 9, ".3f"), ("min", 9, ".3f"),
                                                                         ("max", 9, ".3f")]
     if drain:
         cols.append(("drain us", 10, ".1f"))
-    cols += [("target", 9, ""), ("result", 8, "<")]
+    targets = any("target" in r for r in rows.values())
+    if targets:
+        cols += [("target", 9, ""), ("result", 8, "<")]
 
     def line(name, r, is_floor):
         rt = r.get("ratio_summary")
@@ -189,7 +191,7 @@ def print_ratio_table(rep: dict, *, heading: str | None = None, key: str = "per_
                 1.0 if is_floor else rt["median"], None if is_floor else rt["min"], None if is_floor else rt["max"]]
         if drain:
             vals.append(median_or_nan(r["drain_us"]))
-        return (*vals, *verdict(r))
+        return (*vals, *verdict(r)) if targets else tuple(vals)
 
     table = [line(fl["name"], fl, True)] + [line(n, rows[n], False) for n in (rows if order is None else order)]
     print_table(cols, table, heading=heading, note=note)
