@@ -232,6 +232,10 @@ class Dispatch(DispatchBase):
         upd.launch(1, 1, np.uint64(0), indirect, max_x, stream=stream)
         cap = stream.capture_state
         node = cap.last_kernel_node()
+        # The update kernel is pycudadrv's own, as a device loop's condition kernel is: not a launch the
+        # graph's num_kernels counts or set_kernel_args may rewrite (its first argument is the node handle).
+        if node is not None:
+            cap.kernels.pop()
         p = self._prepared_for((1, 1, 1), indirect, programmatic=dev.compute_capability >= (9, 0))
         devnode = p._launch_device_updatable()
         if node is None:

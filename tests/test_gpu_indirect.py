@@ -214,3 +214,22 @@ def test_the_dispatch_node_is_the_programmatic_dependent_of_its_update_kernel_on
     assert len(into_update) == 1 and len(into_node) == 1, edges
     assert into_update[0][2] != CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, edges
     assert into_node[0][2] == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, edges
+
+
+def test_the_update_kernel_is_not_one_of_the_graphs_kernel_launches(mod):
+    n = BLOCK * 16
+    s = cd.Stream()
+    x, y = cd.Buffer.zeros(n, np.float32, stream=s), cd.Buffer.zeros(n, np.float32, stream=s)
+    counts = cd.Buffer.from_numpy(np.array([16, 1, 1], np.uint32), stream=s)
+    d = _dispatch(mod.function("twice_plus_one"), s, y, x)
+    with s.capture() as g:
+        d.dispatch(indirect=counts)
+        d.dispatch(indirect=counts)
+    # Only the dispatches are the user's to inspect and rewrite: the update kernel's first argument is the
+    # device handle of the node it sizes.
+    assert g.num_kernels == 2 and g.num_nodes == 4
+    assert [g.kernel(i)[0] for i in range(2)] == ["twice_plus_one", "twice_plus_one"]
+    with pytest.raises(cd.ArgumentIndexError, match="2 captured kernel launches"):
+        g.kernel(2)
+    g.launch()
+    np.testing.assert_array_equal(y.to_numpy(stream=s), np.ones(n, np.float32))
