@@ -285,7 +285,8 @@ class CFloor:
         each is pycudadrv's update kernel ``update_func(node, counts, max_x)`` and then a
         device-updatable node of ``dispatch_func`` (grid 1, ``block_x`` threads, ``params``)
         whose grid the update kernel sets; with ``pdl`` the node is the update kernel's
-        programmatic dependent. Returns the uploaded CUgraphExec as int (replay with
+        programmatic dependent and each update kernel but the first the previous node's.
+        Returns the uploaded CUgraphExec as int (replay with
         :meth:`graph_launch_loop`, free with :meth:`graph_exec_destroy`)."""
         if not self.has_indirect:
             raise BenchSetupError(f"{self.path}: built from a c_floor.c without floor_indirect_graph")

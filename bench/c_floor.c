@@ -657,8 +657,10 @@ int floor_while_graph_seq(int n_kernels, void *const *funcs, const unsigned int 
  *          captures (thread-local mode) `dispatches` x [update_func<<<1, 1>>>(node, counts, max_x) --
  *          pycudadrv's own update kernel, so both twins run the same device code -- then
  *          dispatch_func<<<1, block_x>>>(dispatch_params...) launched by cuLaunchKernelEx as a
- *          device-updatable kernel node (and, when `pdl`, with programmatic stream serialization:
- *          the node is the update kernel's programmatic dependent)]; after the capture each update
+ *          device-updatable kernel node]; when `pdl`, with programmatic stream serialization for
+ *          the node (the update kernel's programmatic dependent) and for every update kernel but
+ *          the first (the previous dispatch's programmatic dependent), as pycudadrv.dispatch
+ *          launches them on sm_90+; after the capture each update
  *          kernel's node gets its dispatch node's device handle (cuGraphKernelNodeSetParams), then
  *          the graph is instantiated (flags 0) and uploaded (cuGraphUpload: device-updated nodes
  *          need it before the first launch). 0 or a CUresult; replay with floor_graph_launch_loop.
@@ -701,7 +703,19 @@ int floor_indirect_graph(void *update_func, void *dispatch_func, unsigned int bl
     if (r != CUDA_SUCCESS)
         return (int)r;
     for (i = 0; i < dispatches && r == CUDA_SUCCESS; ++i) {
-        r = p_launch_kernel((CUfunction)update_func, 1, 1, 1, 1, 1, 1, 0, s, update_params, NULL);
+        memset(attrs, 0, sizeof attrs);
+        attrs[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[0].value.programmaticStreamSerializationAllowed = 1;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.hStream = s;
+        cfg.attrs = attrs;
+        cfg.numAttrs = 1;
+        if (pdl && i > 0)       /* after the previous dispatch's kernel: its programmatic dependent */
+            r = p_launch_kernel_ex(&cfg, (CUfunction)update_func, update_params, NULL);
+        else
+            r = p_launch_kernel((CUfunction)update_func, 1, 1, 1, 1, 1, 1, 0, s, update_params, NULL);
         if (r == CUDA_SUCCESS)
             r = p_stream_get_capture_info(s, &status, NULL, NULL, &deps, NULL, &ndeps);
         if (r == CUDA_SUCCESS && ndeps != 1)

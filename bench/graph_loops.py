@@ -27,8 +27,9 @@ row launches, then synchronizes its stream), of:
   (device-updatable node), persistent blocks looping over the workgroups, and
   a direct dispatch of the same grid; and the C twin of the GPU-driven graph
   (``floor_indirect_graph``: pycudadrv's update kernel, the same dispatch
-  kernel and parameter bytes, the same device-updatable node, as pycudadrv's
-  PDL dependent of its update kernel on sm_90+), also with full edges;
+  kernel and parameter bytes, the same device-updatable node and, as
+  pycudadrv builds them on sm_90+, the same programmatic edges: node after its
+  update kernel, update kernel after the previous node), also with full edges;
 * **convergence** (``examples/heat_convergence.py``): time to the answer of the
   device loop against the host loop that reads the residual every 10 steps.
 
@@ -189,8 +190,8 @@ def indirect_rows(b, cd, mod, rounds, n=1 << 22, dispatches=20):
     """The indirect-dispatch rows: pycudadrv's direct, GPU-driven (device-updated grid) and
     persistent graphs, and the C twins of the GPU-driven one (the same update kernel, the same
     dispatch kernel and parameter bytes, the same node mechanism, built with the driver API):
-    with the dispatch node as its update kernel's programmatic dependent as pycudadrv builds
-    it on sm_90+ ("C twin"), and with full edges ("C twin, full edges"; below sm_90 the twin)."""
+    with the programmatic edges pycudadrv gives them on sm_90+ ("C twin"), and with full edges
+    ("C twin, full edges"; below sm_90 the twin)."""
     from pycudadrv.dispatch import Encoder, Pass
 
     floor, s = b.floor, cd.Stream()

@@ -391,6 +391,18 @@ def device_loop(stream, mode="thread_local", *, pdl=False, times=None, until=Non
     return DeviceLoop(stream, mode, pdl=pdl, times=times, until=until, max_iterations=max_iterations)
 
 
+def follows_kernel(Stream stream not None):
+    """Whether the next work captured on ``stream`` depends on exactly one node, the
+    kernel launch captured last (so a kernel launched now with programmatic stream
+    serialization gets a programmatic edge from a kernel, never from a copy, a set or
+    several joined streams). False outside a capture."""
+    cdef Capture c = stream._capture
+    if c is None or not c.kernels:
+        return False
+    last = c.last_node()
+    return last is not None and last == c.kernels[-1][0]
+
+
 def patch_kernel_node(graph, node, Function fn not None, grid, block, unsigned int shared_mem_bytes, args):
     """Set the kernel parameters of captured ``node`` (an int, from
     ``Capture.kernels``) of ``graph``'s not yet instantiated CUgraph to ``args``

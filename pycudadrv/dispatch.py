@@ -30,9 +30,10 @@ An indirect dispatch runs one of three ways:
   there are more, each block then taking several; no workgroup disables the
   node for that replay. No host read-back, and no count is too large to run.
   On sm_90+ the node is the update kernel's programmatic dependent (a PDL
-  edge: it launches as soon as its grid is set); the dispatch's kernel needs
-  no ``griddepcontrol.wait`` for it, as the update kernel reads the counts
-  only once the work before it has finished;
+  edge: it launches as soon as its grid is set), and the update kernel that
+  of a kernel captured just before it; the dispatch's kernel needs no
+  ``griddepcontrol.wait`` for it, as the update kernel reads the counts only
+  once the work before it has finished;
 * outside a capture (or where the driver cannot update nodes), persistent: a
   fixed number of resident blocks (multiprocessor count x 16 by default;
   ``PYCUDADRV_PERSISTENT_BLOCKS`` or ``persistent_blocks=`` overrides it) and
@@ -220,16 +221,22 @@ class Dispatch(DispatchBase):
         the exact grid of a device-updatable node of this dispatch's kernel.
         On sm_90+ that node is the update kernel's programmatic dependent
         (a PDL edge: it launches once the update is made, not after the update
-        kernel has retired); the dispatch's kernel itself reads nothing the
+        kernel has retired), and so is the update kernel of the kernel captured
+        just before it, if any; the dispatch's kernel itself reads nothing the
         update kernel writes, and everything before the update kernel finished
-        before the update was made, so it needs no ``griddepcontrol.wait``."""
-        from pycudadrv._loops import patch_kernel_node
+        before the update was made (the update kernel waits for it), so it
+        needs no ``griddepcontrol.wait``."""
+        from pycudadrv._loops import follows_kernel, patch_kernel_node
 
         stream = self._pass.encoder.stream
         dev = self.function.device
+        pdl = dev.compute_capability >= (9, 0)
         upd = self._indirect_update_kernel()
         max_x = np.uint32(dev.attribute("max_grid_dim_x"))
-        upd.launch(1, 1, np.uint64(0), indirect, max_x, stream=stream)
+        # After a kernel, the update kernel is that kernel's programmatic dependent too: it launches while
+        # its producer retires and waits for it (griddepcontrol.wait) before it reads the counts.
+        upd.launch(1, 1, np.uint64(0), indirect, max_x, stream=stream,
+                   programmatic_dependent=pdl and follows_kernel(stream))
         cap = stream.capture_state
         node = cap.last_kernel_node()
         # The update kernel is pycudadrv's own, as a device loop's condition kernel is: not a launch the

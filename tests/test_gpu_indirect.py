@@ -91,26 +91,29 @@ def test_counts_written_by_a_kernel_in_the_graph_size_the_dispatch_and_the_next_
     n = BLOCK * 300
     s = cd.Stream()
     src = cd.Buffer.from_numpy(rng.standard_normal(n).astype(np.float32), stream=s)
-    x, y, z = (cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s) for _ in range(3))
+    x, y, y2, z = (cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s) for _ in range(4))
     counts = cd.Buffer.zeros(3, np.uint32, stream=s)
     groups = cd.Buffer.from_numpy(np.array([7], np.uint32), stream=s)
     a, b = float(rng.uniform(0.5, 2.0)), float(rng.uniform(-1.0, 1.0))
     d = _dispatch(mod.function("twice_plus_one"), s, y, x)
+    d2 = _dispatch(mod.function("twice_plus_one"), s, y2, x)
     with s.capture(pdl=pdl) as g:
         mod.function("produce").launch(n // BLOCK, BLOCK, x, src, a, b, n, counts, groups, stream=s)
         d.dispatch(indirect=counts)
+        d2.dispatch(indirect=counts)        # after a node that zero counts disable
         mod.function("consume").launch(n // BLOCK, BLOCK, z, y, x, n, stream=s)
     for k in (7, 300, 1, 0, 123):       # new counts each replay, written on the device before it
         src_np = rng.standard_normal(n).astype(np.float32)
         src.write(src_np, stream=s)
         groups.write(np.array([k], np.uint32), stream=s)
-        y.fill(np.float32(np.nan), stream=s)
-        z.fill(np.float32(np.nan), stream=s)
+        for buf in (y, y2, z):
+            buf.fill(np.float32(np.nan), stream=s)
         g.launch()
         xr = a * src_np.astype(np.float64) + b
         yr = np.full(n, np.nan)
         yr[:k * BLOCK] = 2.0 * xr[:k * BLOCK] + 1.0
         np.testing.assert_allclose(y.to_numpy(stream=s), yr, rtol=1e-5, atol=1e-5, err_msg=f"{k} groups")
+        np.testing.assert_allclose(y2.to_numpy(stream=s), yr, rtol=1e-5, atol=1e-5, err_msg=f"{k} groups")
         np.testing.assert_allclose(z.to_numpy(stream=s), yr - xr, rtol=1e-4, atol=1e-4, err_msg=f"{k} groups")
 
 
@@ -192,6 +195,19 @@ def _edges(graph):
     return [(frm[i], to[i], data[i].type) for i in range(num.value)]
 
 
+def _chain(edges):
+    """The edge types along a graph that is one chain of nodes, first node to last."""
+    nxt = {f: (t, ty) for f, t, ty in edges}
+    assert len(nxt) == len(edges), f"not a chain: {edges}"
+    node = ({f for f, _, _ in edges} - {t for _, t, _ in edges}).pop()
+    types = []
+    while node in nxt:
+        node, ty = nxt[node]
+        types.append(ty)
+    assert len(types) == len(edges), f"not a chain: {edges}"
+    return types
+
+
 def test_the_dispatch_node_is_the_programmatic_dependent_of_its_update_kernel_on_sm90(mod):
     if cd.Device(0).compute_capability < (9, 0):
         pytest.skip("programmatic dependent launch needs compute capability 9.0+")
@@ -200,20 +216,18 @@ def test_the_dispatch_node_is_the_programmatic_dependent_of_its_update_kernel_on
     x = cd.Buffer.zeros(n, np.float32, stream=s)
     y = cd.Buffer.zeros(n, np.float32, stream=s)
     counts = cd.Buffer.from_numpy(np.array([16, 1, 1], np.uint32), stream=s)
+    source = cd.Buffer.from_numpy(np.array([16, 1, 1], np.uint32), stream=s)
     d = _dispatch(mod.function("twice_plus_one"), s, y, x)
     with s.capture() as g:
         mod.function("consume").launch(n // BLOCK, BLOCK, y, x, x, n, stream=s)
-        d.dispatch(indirect=counts)
-    edges = _edges(g)
-    # consume -> update kernel -> dispatch node: a full edge into the update kernel (it reads the
-    # counts only after its producer finished), a programmatic one from it to the node it sizes.
-    assert len(edges) == 2, edges
-    targets = {t for _, t, _ in edges}
-    into_update = [e for e in edges if e[0] not in targets]
-    into_node = [e for e in edges if e[0] in targets]
-    assert len(into_update) == 1 and len(into_node) == 1, edges
-    assert into_update[0][2] != CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, edges
-    assert into_node[0][2] == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC, edges
+        d.dispatch(indirect=counts)                   # after a kernel
+        source.copy_to(counts, stream=s)
+        d.dispatch(indirect=counts)                   # after a copy
+    # consume -> update -> node -> copy -> update -> node. Programmatic: each node after its update kernel
+    # (it launches once its grid is set) and an update kernel after a kernel (it waits for it on the GPU);
+    # full: whatever follows a node, and an update kernel after a copy.
+    prog = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC
+    assert [ty == prog for ty in _chain(_edges(g))] == [True, True, False, False, True]
 
 
 def test_the_update_kernel_is_not_one_of_the_graphs_kernel_launches(mod):
