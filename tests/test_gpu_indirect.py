@@ -247,3 +247,24 @@ def test_the_update_kernel_is_not_one_of_the_graphs_kernel_launches(mod):
         g.kernel(2)
     g.launch()
     np.testing.assert_array_equal(y.to_numpy(stream=s), np.ones(n, np.float32))
+
+
+def test_an_update_kernel_follows_a_kernel_only_when_the_capture_last_recorded_one(mod):
+    from pycudadrv._loops import follows_kernel
+
+    n = BLOCK * 4
+    s = cd.Stream()
+    x, y = cd.Buffer.zeros(n, np.float32, stream=s), cd.Buffer.zeros(n, np.float32, stream=s)
+    consume = mod.function("consume")
+    assert follows_kernel(s) is False                         # no capture
+    with s.capture():
+        seen = [follows_kernel(s)]                            # nothing captured yet
+        consume.launch(n // BLOCK, BLOCK, y, x, x, n, stream=s)
+        seen.append(follows_kernel(s))
+        x.copy_to(y, stream=s)
+        seen.append(follows_kernel(s))
+        consume.launch(n // BLOCK, BLOCK, y, x, x, n, stream=s)
+        seen.append(follows_kernel(s))
+        y.fill(np.float32(0.0), stream=s)
+        seen.append(follows_kernel(s))
+    assert seen == [False, True, False, True, False]
