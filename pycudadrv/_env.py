@@ -56,34 +56,36 @@ def _warn_once(name: str, value: str, what: str) -> None:
     warnings.warn(f"{name}={value!r} is not {what}; using the default", RuntimeWarning, stacklevel=3)
 
 
-def env_flag(name: str, default: bool = False) -> bool:
-    """The switch ``name`` (see the module docstring for the accepted values)."""
+def _switch(name: str, choices: tuple[str, ...] = ()) -> str | bool | None:
+    """The value of ``name`` read as a switch: None when unset or blank, one of
+    ``choices`` (lower case) when given, True/False for a switch word, and
+    anything else warns once (naming what is accepted) and gives None."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
-        return default
+        return None
     v = raw.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    _warn_once(name, raw, "a switch (use 1/0, true/false, yes/no, on/off)")
-    return default
+    if v in choices:
+        return v
+    if v in _TRUE or v in _FALSE:
+        return v in _TRUE
+    what = "a switch (use 1/0, true/false, yes/no, on/off)" if not choices else \
+        f"a switch (1/0, true/false, yes/no, on/off) or one of {', '.join(choices)}"
+    _warn_once(name, raw, what)
+    return None
+
+
+def env_flag(name: str, default: bool = False) -> bool:
+    """The switch ``name`` (see the module docstring for the accepted values)."""
+    v = _switch(name)
+    return default if v is None else bool(v)
 
 
 def env_choice(name: str, choices: tuple[str, ...]) -> str | bool:
     """A switch that also takes one of the words ``choices`` (any case): the
     word (lower case) when one is given, else :func:`env_flag`'s value; any
     other value warns once, naming both kinds, and gives False."""
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return False
-    v = raw.strip().lower()
-    if v in choices:
-        return v
-    if v in _TRUE or v in _FALSE:
-        return v in _TRUE
-    _warn_once(name, raw, f"a switch (1/0, true/false, yes/no, on/off) or one of {', '.join(choices)}")
-    return False
+    v = _switch(name, choices)
+    return False if v is None else v
 
 
 def env_int(name: str, default: int | None = None, minimum: int | None = None) -> int | None:
