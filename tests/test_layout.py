@@ -21,7 +21,8 @@ LAYERS = [
     "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "nvtx", "_timing", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "queue", "aio",
+    "_compile_cache", "nvtx", "_timing", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "_hazards", "_queue",
+    "queue", "aio",
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
@@ -36,7 +37,7 @@ ALLOWED_UPWARD = {
     ("_marshal", "_signature"): "pack_arguments() parses a signature string",
     ("_loops", "nvrtc"): "pycudadrv's condition kernels are compiled with NVRTC on first use",
     ("nvrtc", "link"): "compile(arch=[...]) builds a fatbin with nvFatbin",
-    ("queue", "aio"): "awaiting a Queue Submission goes through aio.wait",
+    ("_hazards", "aio"): "awaiting a Queue Submission goes through aio.wait",
 }
 
 IMPORT_RE = re.compile(r"^\s*(?:from\s+pycudadrv\.(\w+)\s+c?import|from\s+pycudadrv\s+import\s+([\w, ()]+)|"
