@@ -9,6 +9,12 @@ cdef enum:
 
 cdef class _Lane
 
+# The lanes a submission depends on (borrowed pointers to _Lane: the queue holds its lanes).
+ctypedef struct DepList:
+    void** lanes
+    Py_ssize_t n
+    Py_ssize_t cap
+
 # One piece of work of a Queue: its place in issue order, its stream (lane), the
 # event recorded after it, and what it was (kind, name) for its label.
 cdef class Submission:
@@ -22,7 +28,7 @@ cdef class Submission:
     cdef bint _kernel              # a kernel (launch, prepared, dispatch, graph, cuDNN plan), for fault reports
     cdef int _kind
     cdef object _name              # kernel name, or the whole label for other kinds
-    cdef object _queue             # the QueueCore
+    cdef list _lanes               # its queue's lanes (what a fault report lists); not the queue itself
 
 # A stream the queue issues on (a pool stream, or another one given by stream= or a
 # Dispatch's encoder), with its in-flight submissions and its ordering state per mode
@@ -46,17 +52,19 @@ cdef class _Lane:
 cdef class _Seg:
     cdef uint64_t lo, hi
     cdef Submission writer         # the last writer, or None
-    cdef list readers              # the latest reader per lane since that write, or None
+    # The latest reader per lane since that write: r0, r1, then the list `rs` (None until a third lane).
+    cdef Submission r0, r1
+    cdef list rs
 
 # Disjoint byte ranges of device memory, sorted, each with its last writer and readers since.
 cdef class _Tracker:
     cdef list segs
     cdef Py_ssize_t limit
 
-    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, list deplanes, long long gen)
+    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen)
     # Hand add_dep what an access of [lo, hi) must wait for; return the pending writer of its
     # first overlapping segment that has one (or None).
-    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, list deplanes,
+    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, DepList* deps,
                             long long gen)
     cdef int _split(self, uint64_t x) except -1
     # Record that `sub` reads (or writes) [lo, hi).
@@ -65,10 +73,16 @@ cdef class _Tracker:
     cdef int prune(self) except -1
 
 # The submission being collected (number `gen`) depends on `d`: the latest per lane counts, and each
-# lane with one is listed once in `deplanes` (its `dep`).
-cdef int add_dep(list deplanes, long long gen, Submission d) except -1
+# lane with one is listed once in `deps` (its `dep`).
+cdef int add_dep(DepList* deps, long long gen, Submission d) except -1
 cdef _Lane new_lane(int index, object stream, bint owned)
 cdef Py_ssize_t in_flight(_Lane lane)
+# The submissions of `lanes` not seen complete, in issue order.
+cdef list pending_of(list lanes)
+# Mark `lane`'s submissions up to `sub` (seen complete) done, recycling their events into `events`.
+cdef int retire_to(_Lane lane, Submission sub, list events) except -1
+# Query the front of each lane (cuEventQuery) and retire what completed.
+cdef int retire_fronts(list lanes, list events) except -1
 # What `lane` (in mode m) already waited for of producer lane `producer`: the highest seq.
 cdef long long seen(_Lane lane, int m, int producer)
 cdef int set_seen(_Lane lane, int m, int producer, long long seq) except -1

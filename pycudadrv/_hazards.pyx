@@ -16,7 +16,7 @@ from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
 from pycudadrv._event cimport Event
 
-from pycudadrv._errors import CudaError, StateError
+from pycudadrv._errors import CaptureError, CudaError, StateError
 from pycudadrv._uninit import missing
 
 __all__ = ["Submission"]
@@ -30,7 +30,10 @@ def not_made(what, name, how):
 
 # -- the Submission handle ----------------------------------------------------------------------
 
+# Not tracked by the garbage collector (one object less to link per submission): the queue's lanes hold
+# Submissions and Submissions the lanes, a cycle QueueCore breaks when it goes (its __dealloc__ and close).
 @cython.final
+@cython.no_gc
 @cython.auto_pickle(False)
 cdef class Submission:
     """One piece of work submitted to a :class:`Queue`: a kernel launch, a
@@ -44,7 +47,7 @@ cdef class Submission:
     seen complete."""
 
     def _uninit(self, name):
-        if self._queue is None:
+        if self._lanes is None:
             raise not_made("Submission", name, "Queue.launch(...) and the other Queue methods")
 
     @property
@@ -118,7 +121,7 @@ cdef class Submission:
             if self._event.query():
                 self.done = True
         except CudaError as err:
-            raise self._queue._async_error(err, f"querying {self.label}") from err
+            raise fault_error(pending_of(self._lanes), err, f"querying {self.label}") from err
         return self.done
 
     def synchronize(self) -> None:
@@ -132,7 +135,7 @@ cdef class Submission:
         try:
             self._event.synchronize()
         except CudaError as err:
-            raise self._queue._async_error(err, f"waiting for {self.label}") from err
+            raise fault_error(pending_of(self._lanes), err, f"waiting for {self.label}") from err
         self.done = True
 
     def __await__(self):
@@ -141,12 +144,12 @@ cdef class Submission:
         return aio.wait(self).__await__()
 
     def __getattr__(self, name):
-        if self._queue is None and not name.startswith("__"):
+        if self._lanes is None and not name.startswith("__"):
             raise not_made("Submission", name, "Queue.launch(...) and the other Queue methods")
         raise missing(self, name, "seq", "Queue.launch(...)")
 
     def __repr__(self):
-        if self._queue is None:
+        if self._lanes is None:
             return "<Submission not initialised (made by Submission.__new__)>"
         state = "captured" if self._captured else ("done" if self.done else "pending")
         return f"<Submission #{self.seq} {self.label} on stream {self.lane.index}, {state}>"
@@ -176,16 +179,90 @@ cdef _Lane new_lane(int index, object stream, bint owned):
     return lane
 
 
-cdef int add_dep(list deplanes, long long gen, Submission d) except -1:
+cdef int add_dep(DepList* deps, long long gen, Submission d) except -1:
     """Note that the submission being collected (number ``gen``) depends on ``d``: the latest of each
-    lane counts, and each lane with one is listed once in ``deplanes``."""
+    lane counts, and each lane with one is listed once in ``deps`` (borrowed: the queue holds its lanes)."""
     cdef _Lane lane = d.lane
+    cdef void** p
     if lane.dep_gen != gen:
         lane.dep_gen = gen
         lane.dep = d
-        deplanes.append(lane)
+        if deps.n == deps.cap:
+            p = <void**>realloc(deps.lanes, max(8, 2 * deps.cap) * sizeof(void*))
+            if p == NULL:
+                raise MemoryError("Queue dependency list")
+            deps.lanes = p
+            deps.cap = max(8, 2 * deps.cap)
+        deps.lanes[deps.n] = <void*>lane
+        deps.n += 1
     elif lane.dep.seq < d.seq:
         lane.dep = d
+    return 0
+
+
+cdef list pending_of(list lanes):
+    cdef _Lane lane
+    out = []
+    for lane in lanes:
+        out.extend(lane.inflight[lane.head:])
+    out.sort(key=lambda s: s.seq)
+    return out
+
+
+cdef int retire_to(_Lane lane, Submission sub, list events) except -1:
+    cdef list dq = lane.inflight
+    cdef Py_ssize_t h = lane.head
+    cdef Submission d
+    while h < len(dq):
+        d = <Submission>dq[h]
+        if d.seq > sub.seq:
+            break
+        dq[h] = None
+        h += 1
+        d.done = True
+        if not d._exposed and d._start is None:
+            events.append(d._event)
+            d._event = None
+    if h == len(dq):
+        if h:
+            del dq[:]
+        h = 0
+    elif h > 64 and 2 * h > len(dq):
+        del dq[:h]
+        h = 0
+    lane.head = h
+    return 0
+
+
+cdef int retire_fronts(list lanes, list events) except -1:
+    """Mark the submissions the GPU has finished (``cuEventQuery``, front of each lane), recycling their
+    events into ``events``. Nothing while a capture forbids queries; a fault raises CudaError naming the
+    kernel that most likely caused it."""
+    cdef _Lane lane
+    cdef Submission sub
+    cdef list dq
+    cdef Py_ssize_t h
+    cdef bint activated = False
+    for lane in lanes:
+        dq = lane.inflight
+        h = lane.head
+        while h < len(dq):
+            sub = <Submission>dq[h]
+            if not activated and type(sub._event) is Event:
+                (<Event>sub._event).device.activate()
+                activated = True
+            try:
+                if not event_done(sub._event):
+                    break
+            except CaptureError:      # another capture on this thread forbids queries: try later
+                lane.head = h
+                return 0
+            except CudaError as err:
+                lane.head = h
+                raise fault_error(pending_of(lanes), err, "checking which submissions completed") from err
+            h += 1
+        if h > lane.head:
+            retire_to(lane, <Submission>dq[h - 1], events)
     return 0
 
 
@@ -227,18 +304,35 @@ cdef int forget_seen(_Lane lane, int m) except -1:
 
 # -- the range tracker --------------------------------------------------------------------------
 
+# Not tracked by the garbage collector: no cycle passes through a segment (Submissions do not reach the tracker).
 @cython.final
+@cython.no_gc
 cdef class _Seg:
     pass
 
 
-cdef inline _Seg _new_seg(uint64_t lo, uint64_t hi, Submission writer, list readers):
+cdef inline _Seg _new_seg(uint64_t lo, uint64_t hi, Submission writer, Submission reader):
     cdef _Seg s = _Seg.__new__(_Seg)
     s.lo = lo
     s.hi = hi
     s.writer = writer
-    s.readers = readers
+    s.r0 = reader
     return s
+
+
+cdef inline _Seg _copy_seg(_Seg seg, uint64_t lo, uint64_t hi):
+    cdef _Seg s = _new_seg(lo, hi, seg.writer, seg.r0)
+    s.r1 = seg.r1
+    if seg.rs is not None:
+        s.rs = list(seg.rs)
+    return s
+
+
+cdef inline int _clear_readers(_Seg seg) except -1:
+    seg.r0 = None
+    seg.r1 = None
+    seg.rs = None
+    return 0
 
 
 @cython.boundscheck(False)
@@ -270,16 +364,31 @@ cdef inline Py_ssize_t _lower(list segs, uint64_t x):
 
 
 cdef inline int _add_reader(_Seg seg, Submission sub) except -1:
-    cdef list rs = seg.readers
+    """``sub`` reads the segment: it replaces the reader of its lane, or joins them."""
+    cdef list rs
     cdef Py_ssize_t k
+    cdef _Lane lane = sub.lane
+    if seg.r0 is None or seg.r0.lane is lane:
+        seg.r0 = sub
+        return 0
+    if seg.r1 is None or seg.r1.lane is lane:
+        seg.r1 = sub
+        return 0
+    rs = seg.rs
     if rs is None:
-        seg.readers = [sub]
+        seg.rs = [sub]
         return 0
     for k in range(len(rs)):
-        if (<Submission>rs[k]).lane is sub.lane:
+        if (<Submission>rs[k]).lane is lane:
             rs[k] = sub
             return 0
     rs.append(sub)
+    return 0
+
+
+cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long long gen) except -1:
+    if r is not None and not r.done and r is not me:
+        add_dep(deps, gen, r)
     return 0
 
 
@@ -295,20 +404,22 @@ cdef class _Tracker:
     def __len__(self):
         return len(self.segs)
 
-    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, list deplanes, long long gen):
+    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen):
         cdef Submission w = seg.writer
         cdef Submission found = None
         cdef object r
         if w is not None and not w.done and w is not me:
-            add_dep(deplanes, gen, w)
+            add_dep(deps, gen, w)
             found = w
-        if write and seg.readers is not None:
-            for r in seg.readers:
-                if not (<Submission>r).done and r is not me:
-                    add_dep(deplanes, gen, <Submission>r)
+        if write:
+            _reader_deps(seg.r0, me, deps, gen)
+            _reader_deps(seg.r1, me, deps, gen)
+            if seg.rs is not None:
+                for r in seg.rs:
+                    _reader_deps(<Submission>r, me, deps, gen)
         return found
 
-    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, list deplanes,
+    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, DepList* deps,
                             long long gen):
         """Hand :func:`add_dep` what an access of ``[lo, hi)`` must wait for; return the pending writer of
         its first overlapping segment that has one (or None). Changes nothing here."""
@@ -319,7 +430,7 @@ cdef class _Tracker:
         if i >= 0:
             seg = <_Seg>segs[i]
             if seg.lo == lo and seg.hi == hi:
-                return self._deps_of(seg, write, me, deplanes, gen)
+                return self._deps_of(seg, write, me, deps, gen)
         else:
             i = 0
         while i < n:
@@ -327,7 +438,7 @@ cdef class _Tracker:
             if seg.lo >= hi:
                 break
             if seg.hi > lo:
-                f = self._deps_of(seg, write, me, deplanes, gen)
+                f = self._deps_of(seg, write, me, deps, gen)
                 if found is None:
                     found = f
             i += 1
@@ -342,48 +453,49 @@ cdef class _Tracker:
         seg = <_Seg>segs[i]
         if seg.lo == x or seg.hi <= x:
             return 0
-        segs.insert(i + 1, _new_seg(x, seg.hi, seg.writer, None if seg.readers is None else list(seg.readers)))
+        segs.insert(i + 1, _copy_seg(seg, x, seg.hi))
         seg.hi = x
         return 0
 
     cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1:
         """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
         cdef list segs = self.segs
-        cdef Py_ssize_t i = _upper(segs, lo) - 1, j, k
+        cdef Py_ssize_t n = len(segs), i = _upper(segs, lo), j, k
         cdef _Seg seg
         cdef uint64_t pos
         cdef list new
-        if i >= 0:
-            seg = <_Seg>segs[i]
-            if seg.lo == lo and seg.hi == hi:
+        if i > 0:
+            seg = <_Seg>segs[i - 1]
+            if seg.lo == lo and seg.hi == hi:       # the same range again (a whole Buffer, mostly)
                 if write:
                     seg.writer = sub
-                    seg.readers = None
+                    _clear_readers(seg)
                 else:
                     _add_reader(seg, sub)
                 return 0
-        self._split(lo)
-        self._split(hi)
-        i = _lower(segs, lo)
-        j = _lower(segs, hi)
-        if write:
-            if j == i:
-                segs.insert(i, _new_seg(lo, hi, sub, None))
-            else:
-                segs[i:j] = [_new_seg(lo, hi, sub, None)]
+        if (i == 0 or (<_Seg>segs[i - 1]).hi <= lo) and (i == n or (<_Seg>segs[i]).lo >= hi):
+            # Overlaps nothing tracked: one new segment.
+            segs.insert(i, _new_seg(lo, hi, sub, None) if write else _new_seg(lo, hi, None, sub))
         else:
-            new = []
-            pos = lo
-            for k in range(i, j):
-                seg = <_Seg>segs[k]
-                if seg.lo > pos:
-                    new.append(_new_seg(pos, seg.lo, None, [sub]))
-                _add_reader(seg, sub)
-                new.append(seg)
-                pos = seg.hi
-            if pos < hi:
-                new.append(_new_seg(pos, hi, None, [sub]))
-            segs[i:j] = new
+            self._split(lo)
+            self._split(hi)
+            i = _lower(segs, lo)
+            j = _lower(segs, hi)
+            if write:
+                segs[i:j] = [_new_seg(lo, hi, sub, None)]
+            else:
+                new = []
+                pos = lo
+                for k in range(i, j):
+                    seg = <_Seg>segs[k]
+                    if seg.lo > pos:
+                        new.append(_new_seg(pos, seg.lo, None, sub))
+                    _add_reader(seg, sub)
+                    new.append(seg)
+                    pos = seg.hi
+                if pos < hi:
+                    new.append(_new_seg(pos, hi, None, sub))
+                segs[i:j] = new
         if len(segs) > self.limit:
             self.prune()
         return 0
@@ -392,13 +504,18 @@ cdef class _Tracker:
         """Drop what only finished submissions touched."""
         cdef list keep = []
         cdef _Seg seg
-        cdef list rs
+        cdef list live
         for seg in self.segs:
-            rs = seg.readers
-            if rs is not None:
-                rs = [r for r in rs if not (<Submission>r).done]
-                seg.readers = rs or None
-            if (seg.writer is None or seg.writer.done) and seg.readers is None:
+            if seg.r0 is not None:
+                live = [r for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None and not (<Submission>r).done]
+                _clear_readers(seg)
+                if live:
+                    seg.r0 = live[0]
+                    if len(live) > 1:
+                        seg.r1 = live[1]
+                    if len(live) > 2:
+                        seg.rs = live[2:]
+            if (seg.writer is None or seg.writer.done) and seg.r0 is None:
                 continue
             keep.append(seg)
         self.segs = keep
@@ -409,7 +526,7 @@ cdef class _Tracker:
         """``[(lo, hi, writer seq or None, sorted reader seqs)]`` (tests compare it with the reference model)."""
         cdef _Seg seg
         return [(seg.lo, seg.hi, None if seg.writer is None else seg.writer.seq,
-                 sorted((<Submission>r).seq for r in (seg.readers or ()))) for seg in self.segs]
+                 sorted(r.seq for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None)) for seg in self.segs]
 
 
 # -- the driver calls, C for pycudadrv's own objects --------------------------------------------

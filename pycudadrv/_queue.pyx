@@ -10,9 +10,7 @@ creation (pycudadrv's own; the CPU tests put pretend ones there): pycudadrv's
 own objects take the C paths (fields read directly, one driver call each),
 anything else is driven through its Python methods."""
 cimport cython
-from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
-from cpython.ref cimport Py_INCREF
-from cpython.object cimport PyObject_Call
+from cpython.ref cimport PyObject
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport realloc, free
 from pycudadrv._event cimport Event
@@ -21,7 +19,8 @@ from pycudadrv._launch cimport Function, PreparedLaunch
 from pycudadrv._marshal cimport ParamLayout, POINTER
 from pycudadrv._stream cimport Stream
 from pycudadrv._hazards cimport (Submission, _Lane, _Tracker, K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL,
-                                 new_lane, in_flight, seen, set_seen, forget_seen, wait_event, record_event,
+                                 new_lane, in_flight, pending_of, retire_to, retire_fronts, seen, set_seen, forget_seen,
+                                 wait_event, record_event,
                                  event_done, stream_idle, wait_stream, stream_closed)
 
 import numpy as np
@@ -34,11 +33,48 @@ __all__ = ["QueueCore", "ASYNC_ERROR_CODES"]
 # Sticky errors of a kernel that already ran: the next driver call reports them, whatever it is.
 ASYNC_ERROR_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
 _SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview, type(None), str)
+# Function.launch unbound (no bound method made per submission), and the keyword its stream goes by.
+cdef object _FUNCTION_LAUNCH = Function.launch
+cdef tuple _STREAM_KW = ("stream",)
+
+cdef extern from "Python.h":
+    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf, object kwnames)
+
+cdef enum:
+    _VECTOR_MAX = 64        # launches with more arguments build a tuple instead
+
+
+cdef int _call_launch(object fn, object grid, object block, object args, object s, dict kw, dict lane_kw) except -1:
+    """``fn.launch(grid, block, *args, stream=s, **kw)``: a vectorcall straight into the unbound
+    Function.launch (no argument tuple, no keyword dict) in the common case."""
+    cdef PyObject* vec[_VECTOR_MAX + 4]
+    cdef Py_ssize_t k, n = len(args)
+    if type(fn) is Function and not kw and n <= _VECTOR_MAX:
+        vec[0] = <PyObject*>fn
+        vec[1] = <PyObject*>grid
+        vec[2] = <PyObject*>block
+        for k in range(n):
+            vec[3 + k] = <PyObject*>args[k]      # borrowed: `args` (a tuple) holds them
+        vec[3 + n] = <PyObject*>s
+        PyObject_Vectorcall(_FUNCTION_LAUNCH, vec, <size_t>(3 + n), _STREAM_KW)
+        return 0
+    if kw:
+        kw = dict(kw)
+        kw["stream"] = s
+    else:
+        kw = lane_kw
+    fn.launch(grid, block, *args, **kw)
+    return 0
+# A full check of which submissions completed (the front of every lane) at least this often, in
+# submissions; the least-loaded choice checks first too.
+cdef enum:
+    _RETIRE_EVERY = 16
 
 
 # -- the queue's core ---------------------------------------------------------------------------
 
 @cython.auto_pickle(False)
+@cython.no_gc_clear         # __dealloc__ reads the lanes (_let_go)
 cdef class QueueCore:
     """What every :class:`pycudadrv.Queue` submission goes through (see pycudadrv/queue.py for the class
     users make)."""
@@ -50,6 +86,20 @@ cdef class QueueCore:
 
     def __dealloc__(self):
         free(self._acc)
+        free(self._deps.lanes)
+        self._let_go()
+
+    cdef int _let_go(self) except -1:
+        """Drop the lanes' references to Submissions: Submissions (not tracked by the garbage collector)
+        reference the lanes, so the queue breaks that cycle itself when it closes or goes."""
+        cdef _Lane lane
+        if self._lanes is None:
+            return 0
+        for lane in self._lanes:
+            del lane.inflight[:]
+            lane.head = 0
+            lane.tail0 = lane.tail1 = lane.dep = None
+        return 0
 
     def _setup(self, device, list pool, bint round_robin, stream_type, event_type, buffer_type):
         """Take over the pool's streams (made by the caller) and the types to work with."""
@@ -63,7 +113,6 @@ cdef class QueueCore:
         self._events = []
         self._layouts = {}
         self._fresh = []
-        self._deplanes = []
         self._joined = []
         self._Stream = stream_type
         self._Event = event_type
@@ -121,15 +170,18 @@ cdef class QueueCore:
         return 0
 
     cdef int _begin(self) except -1:
+        cdef Py_ssize_t k
         self._nacc = 0
-        if self._fresh:
-            del self._fresh[:]
+        for k in range(self._nfresh):
+            self._fresh[k] = None
+        self._nfresh = 0
         return 0
 
     cdef int _sight(self, object st) except -1:
         """Note the allocation stream ``st`` of a Buffer: outside the pool, its queued work (the
         allocation, an upload by from_numpy) must come first."""
         cdef bint in_pool
+        cdef Py_ssize_t k
         if st is None:
             return 0
         if st is self._memo_stream:
@@ -139,10 +191,14 @@ cdef class QueueCore:
             self._memo_stream = st
             self._memo_in_pool = in_pool
         if not in_pool:
-            for o in self._fresh:
-                if o is st:
+            for k in range(self._nfresh):
+                if self._fresh[k] is st:
                     return 0
-            self._fresh.append(st)
+            if self._nfresh < len(self._fresh):
+                self._fresh[self._nfresh] = st
+            else:
+                self._fresh.append(st)
+            self._nfresh += 1
         return 0
 
     cdef int _sight_buffer(self, object buf) except -1:
@@ -182,8 +238,9 @@ cdef class QueueCore:
         """Per parameter of ``fn``: 2 written, 1 read, 0 not a pointer (bytes); None when unknown."""
         return self._param_access(fn)
 
-    cdef int _args_access(self, object fn, object args, str what) except -1:
-        """The accesses of a launch of ``fn`` with ``args`` (a tuple or list)."""
+    cdef int _args_access(self, object fn, object args, str verb, str name) except -1:
+        """The accesses of a launch of ``fn`` (kernel ``name``) with ``args`` (a tuple or list); ``verb``
+        (``"launch"`` or ``"submit"``) names the method in messages."""
         cdef object per = self._param_access(fn)
         cdef bytes pb
         cdef const unsigned char* pc = NULL
@@ -224,7 +281,7 @@ cdef class QueueCore:
                 self._sight(a.stream)
             else:
                 try:
-                    sp = _span(a, f"{what}, argument #{k}")
+                    sp = _span(a, f"Queue.{verb} of kernel '{name}', argument #{k}")
                 except ArgumentTypeError:
                     if isinstance(getattr(a, "__cuda_array_interface__", None), dict):
                         raise     # a malformed array interface: the queue cannot tell which bytes it covers
@@ -304,6 +361,13 @@ cdef class QueueCore:
             lane = first.lane
             if lane.owned and (lane.tail0 if self._m == 0 else lane.tail1) is first:
                 return lane       # right behind its input: no wait, nothing unrelated in between
+        if self._m == 0:
+            for k in range(self._pool):     # a stream with nothing in flight is least loaded, without asking
+                lane = <_Lane>self._lanes[k]
+                if in_flight(lane) == 0:
+                    return lane
+            if self._countdown != _RETIRE_EVERY:
+                self._retire()        # counts of work not seen complete: look at the fronts first
         best = <_Lane>self._lanes[0]
         least = in_flight(best) if self._m == 0 else best.load1
         for k in range(1, self._pool):
@@ -316,43 +380,8 @@ cdef class QueueCore:
     # -- completion ----------------------------------------------------------------------------
     cdef int _retire(self) except -1:
         """Mark the submissions the GPU has finished (``cuEventQuery``, front of each stream)."""
-        cdef _Lane lane
-        cdef Submission sub
-        cdef list dq
-        cdef Py_ssize_t h
-        cdef bint activated = False
-        for lane in self._lanes:
-            dq = lane.inflight
-            h = lane.head
-            while h < len(dq):
-                sub = <Submission>dq[h]
-                if not activated and type(sub._event) is Event:
-                    (<Event>sub._event).device.activate()
-                    activated = True
-                try:
-                    if not event_done(sub._event):
-                        break
-                except CaptureError:      # another capture on this thread forbids queries: try later
-                    lane.head = h
-                    return 0
-                except CudaError as err:
-                    lane.head = h
-                    raise self._async_error(err, "checking which submissions completed") from err
-                dq[h] = None
-                h += 1
-                sub.done = True
-                if not sub._exposed and sub._start is None:
-                    self._events.append(sub._event)
-                    sub._event = None
-            if h == len(dq):
-                if h:
-                    del dq[:]
-                h = 0
-            elif h > 64 and 2 * h > len(dq):
-                del dq[:h]
-                h = 0
-            lane.head = h
-        return 0
+        self._countdown = _RETIRE_EVERY
+        return retire_fronts(self._lanes, self._events)
 
     def _retire_now(self):
         self._retire()
@@ -368,29 +397,29 @@ cdef class QueueCore:
         cdef _Tracker tracker = self._t0 if m == 0 else self._t1
         cdef Submission me, first = None, f, dep
         cdef _Lane lane, dl
-        cdef Py_ssize_t a, k, n
+        cdef Py_ssize_t a, k
         cdef object s, ev, start = None, st
-        cdef tuple argt
         if self._closed:
             raise ClosedError("Queue is closed")
         if timed and m == 1:
             raise CaptureError("timed=True during Queue.capture(): captured work is not run by itself; time the "
                                "graph launch instead (Queue.launch_graph(graph, timed=True))")
         if m == 0:
-            self._retire()
+            self._countdown -= 1
+            if self._countdown <= 0:
+                self._retire()
         self._seq += 1
         self._gen += 1
         me = Submission.__new__(Submission)
-        me._queue = self
+        me._lanes = self._lanes
         me.seq = self._seq
         me._kind = kind
         me._name = name
         me._kernel = kind != K_OTHER
         me._captured = m == 1
-        if self._deplanes:
-            del self._deplanes[:]
+        self._deps.n = 0
         for a in range(self._nacc):
-            f = tracker.collect(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me, self._deplanes, self._gen)
+            f = tracker.collect(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me, &self._deps, self._gen)
             if first is None:
                 first = f
         lane = self._lane_of(stream) if stream is not None else self._choose(first)
@@ -399,21 +428,31 @@ cdef class QueueCore:
             wait_event(s, self._fork)                  # the stream joins the capture
             lane.joined1 = True
             self._joined.append(lane)
-        if m == 0 and self._fresh:
-            for st in self._fresh:      # memory made on a stream outside the pool: wait for it while it is busy
-                if st is s or stream_closed(st):
+        for k in range(self._nfresh if m == 0 else 0):
+            st = self._fresh[k]         # memory made on a stream outside the pool: wait for it while it is busy
+            if st is s or stream_closed(st):
+                continue
+            try:
+                if stream_idle(st):
                     continue
-                try:
-                    if stream_idle(st):
-                        continue
-                except CaptureError:          # another capture on this thread forbids the query
-                    pass
-                wait_stream(s, st)
-                self.waits += 1
-        for dl in self._deplanes:
+            except CaptureError:          # another capture on this thread forbids the query
+                pass
+            wait_stream(s, st)
+            self.waits += 1
+        for k in range(self._deps.n):
+            dl = <_Lane>self._deps.lanes[k]
             dep = dl.dep
             if dl is lane or seen(lane, m, dl.index) >= dep.seq:
                 continue
+            if m == 0:      # not seen complete yet: ask once (cuEventQuery) before placing the wait
+                try:
+                    if event_done(dep._event):
+                        retire_to(dl, dep, self._events)
+                        continue
+                except CaptureError:
+                    pass
+                except CudaError as err:
+                    raise self._async_error(err, f"checking whether {dep.label} completed", me) from err
             wait_event(s, dep._event)
             set_seen(lane, m, dl.index, dep.seq)
             self.waits += 1
@@ -429,22 +468,7 @@ cdef class QueueCore:
             if start is not None:
                 record_event(start, s)
             if kind == K_LAUNCH:
-                n = len(args)
-                argt = PyTuple_New(n + 2)
-                Py_INCREF(grid)
-                PyTuple_SET_ITEM(argt, 0, grid)
-                Py_INCREF(block)
-                PyTuple_SET_ITEM(argt, 1, block)
-                for k in range(n):
-                    o = args[k]
-                    Py_INCREF(o)
-                    PyTuple_SET_ITEM(argt, k + 2, o)
-                if kw:
-                    kw = dict(kw)
-                    kw["stream"] = s
-                else:
-                    kw = lane.kw
-                PyObject_Call(target.launch, argt, kw)
+                _call_launch(target, grid, block, args, s, kw, lane.kw)
             elif kind == K_PREPARED:
                 target.launch_on(s)
             else:
@@ -520,7 +544,7 @@ cdef class QueueCore:
                                         f"got {type(fn).__name__} {fn!r:.40}")
             name = fn.name
         self._begin()
-        self._args_access(fn, args, f"Queue.launch of kernel '{name}'")
+        self._args_access(fn, args, "launch", name)
         if reads is not None or writes is not None:
             self._explicit_c(reads, writes, f"Queue.launch of kernel '{name}'")
         return self._issue(K_LAUNCH, name, stream, fn, args, grid, block, launch_kw, None, timed)
@@ -542,7 +566,7 @@ cdef class QueueCore:
             raise ArgumentTypeError(f"Queue.submit: kernel '{p.fn.name}' has no arguments bound yet; call p(*args) "
                                     "or bind them with fn.bind(grid, block, *args)")
         self._begin()
-        self._args_access(p.fn, p._held, f"Queue.submit of kernel '{p.fn.name}'")
+        self._args_access(p.fn, p._held, "submit", p.fn.name)
         if reads is not None or writes is not None:
             self._explicit_c(reads, writes, f"Queue.submit of kernel '{p.fn.name}'")
         return self._issue(K_PREPARED, p.fn.name, stream, prepared, None, None, None, None, None, timed)
@@ -582,12 +606,7 @@ cdef class QueueCore:
 
     def _pending(self):
         """The submissions not seen complete, in issue order."""
-        cdef _Lane lane
-        out = []
-        for lane in self._lanes:
-            out.extend(lane.inflight[lane.head:])
-        out.sort(key=lambda s: s.seq)
-        return out
+        return pending_of(self._lanes)
 
     def _async_error(self, err, where, current=None):
         """A CudaError like ``err`` naming the kernel that most likely faulted (pycudadrv._hazards.fault_error);
@@ -645,10 +664,7 @@ cdef class QueueCore:
         self._closed = True
         for k in range(self._pool):
             (<_Lane>self._lanes[k]).stream.close()
-        for lane in self._lanes:
-            del lane.inflight[:]
-            lane.head = 0
-            lane.tail0 = None
+        self._let_go()
         self._events = []
         self._t0 = _Tracker()
 
