@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 
-__all__ = ["env_flag", "env_int", "foreign_sync_enabled", "ENVIRONMENT_VARIABLES"]
+__all__ = ["env_flag", "env_int", "env_choice", "foreign_sync_enabled", "ENVIRONMENT_VARIABLES"]
 
 _TRUE = frozenset(("1", "true", "yes", "on"))
 _FALSE = frozenset(("0", "false", "no", "off"))
@@ -39,6 +39,8 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_DEBUG": "1: log driver version, devices and init failures at start",
     "PYCUDADRV_CUDNN": "0 turns the cuDNN integration off",
     "PYCUDADRV_MPI_CUDA_AWARE": "1/0: pycudadrv.mpi treats the MPI library as CUDA-aware or not (unset: detect)",
+    "PYCUDADRV_QUEUE_STREAMS": "streams of a Queue made without streams= (1 to 1024; default 4)",
+    "PYCUDADRV_QUEUE_POLICY": "stream choice of a Queue made without policy=: greedy (default) or round_robin",
     "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "0: do not order another library's arrays after their producer's stream "
                                            "(CuPy's CUPY_CUDA_ARRAY_INTERFACE_SYNC, Numba's NUMBA_...); default on",
 }
@@ -66,9 +68,11 @@ def env_flag(name: str, default: bool = False) -> bool:
     return default
 
 
-def env_int(name: str, default: int | None = None, minimum: int | None = None) -> int | None:
+def env_int(name: str, default: int | None = None, minimum: int | None = None,
+            maximum: int | None = None) -> int | None:
     """The integer ``name``; unset or empty gives ``default``; a value that is
-    not an integer, or is below ``minimum``, warns once and gives ``default``."""
+    not an integer, or is below ``minimum`` or above ``maximum``, warns once
+    and gives ``default``."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
@@ -80,7 +84,24 @@ def env_int(name: str, default: int | None = None, minimum: int | None = None) -
     if minimum is not None and v < minimum:
         _warn_once(name, raw, f"an integer >= {minimum}")
         return default
+    if maximum is not None and v > maximum:
+        _warn_once(name, raw, f"an integer <= {maximum}")
+        return default
     return v
+
+
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    """The word ``name``, one of ``choices`` (surrounding blanks ignored, any
+    case); unset or empty gives ``default``; another value warns once and gives
+    ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip().lower()
+    if v in choices:
+        return v
+    _warn_once(name, raw, "one of " + ", ".join(choices))
+    return default
 
 
 _foreign_sync: bool | None = None

@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from pycudadrv._env import env_choice, env_int
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, StateError
 from pycudadrv._memory import Buffer, _byte_arg, _host_array
 from pycudadrv._hazards import Submission
@@ -29,9 +30,66 @@ from pycudadrv._event import Event
 from pycudadrv._stream import Stream
 from pycudadrv._uninit import missing
 
-__all__ = ["Queue", "Submission"]
+__all__ = ["Queue", "Submission", "set_defaults", "get_defaults", "reset_defaults"]
 
 _POLICIES = ("greedy", "round_robin")
+_BUILT_IN = {"streams": 4, "policy": "greedy"}
+_set: dict = {}          # what set_defaults() chose (absent: the environment variable, else the built-in value)
+
+
+def _check_streams(streams, where):
+    if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)):
+        raise ArgumentTypeError(f"{where}: streams must be an int, got {streams!r}")
+    if not 1 <= streams <= 1024:
+        raise ArgumentValueError(f"{where}: streams must be in [1, 1024], got {streams}")
+    return int(streams)
+
+
+def _check_policy(policy, where):
+    if not isinstance(policy, str) or policy not in _POLICIES:
+        raise ArgumentValueError(f"{where}: policy must be one of {_POLICIES}, got {policy!r}")
+    return policy
+
+
+def set_defaults(*, streams: int | None = None, policy: str | None = None) -> dict:
+    """Set the process-wide defaults of :class:`Queue` (what ``Queue()`` uses
+    where its own ``streams=`` / ``policy=`` is not given); None leaves a
+    value as it is. They win over the environment variables
+    ``PYCUDADRV_QUEUE_STREAMS`` / ``PYCUDADRV_QUEUE_POLICY``; queues made
+    before keep what they have. Returns the defaults in effect before the call
+    (as :func:`get_defaults`).
+
+    Raises ArgumentTypeError / ArgumentValueError for a ``streams`` that is
+    not an int in [1, 1024] or a ``policy`` not in ("greedy", "round_robin");
+    a refused call changes nothing."""
+    new = {}
+    if streams is not None:
+        new["streams"] = _check_streams(streams, "pycudadrv.queue.set_defaults")
+    if policy is not None:
+        new["policy"] = _check_policy(policy, "pycudadrv.queue.set_defaults")
+    before = get_defaults()
+    _set.update(new)
+    return before
+
+
+def reset_defaults() -> None:
+    """Forget what :func:`set_defaults` chose: the environment variables, else
+    the built-in values (4 streams, ``"greedy"``), apply again."""
+    _set.clear()
+
+
+def get_defaults() -> dict:
+    """``{"streams": int, "policy": str}``: what ``Queue()`` uses where not
+    told: :func:`set_defaults`'s choice, else ``PYCUDADRV_QUEUE_STREAMS`` /
+    ``PYCUDADRV_QUEUE_POLICY`` (read now; a value that is not an integer in
+    [1, 1024], or not a policy, warns once and is not used), else 4 and
+    ``"greedy"``."""
+    out = {"streams": _set.get("streams"), "policy": _set.get("policy")}
+    if out["streams"] is None:
+        out["streams"] = env_int("PYCUDADRV_QUEUE_STREAMS", _BUILT_IN["streams"], minimum=1, maximum=1024)
+    if out["policy"] is None:
+        out["policy"] = env_choice("PYCUDADRV_QUEUE_POLICY", _POLICIES, _BUILT_IN["policy"])
+    return out
 
 
 class Queue(QueueCore):
@@ -41,10 +99,13 @@ class Queue(QueueCore):
     ----------
     device : Device or int, optional
         The current device by default.
-    streams : int
-        Streams in the pool (``cuStreamCreate``, non-blocking), at least 1.
-    policy : {"greedy", "round_robin"}
-        How a submission's stream is chosen (see the module docs).
+    streams : int, optional
+        Streams in the pool (``cuStreamCreate``, non-blocking), 1 to 1024.
+        Default: the process-wide default (:func:`set_defaults`,
+        ``PYCUDADRV_QUEUE_STREAMS``, else 4).
+    policy : {"greedy", "round_robin"}, optional
+        How a submission's stream is chosen (see the module docs). Default:
+        :func:`set_defaults`, ``PYCUDADRV_QUEUE_POLICY``, else ``"greedy"``.
 
     Every submitting method returns a :class:`Submission` and accepts
     ``stream=`` (a pool stream or any other Stream) to place the work
@@ -56,14 +117,14 @@ class Queue(QueueCore):
     not kernel launches.
     """
 
-    def __init__(self, device=None, streams: int = 4, policy: str = "greedy"):
-        if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)):
-            raise ArgumentTypeError(f"Queue: streams must be an int, got {streams!r}")
-        if not 1 <= streams <= 1024:
-            raise ArgumentValueError(f"Queue: streams must be in [1, 1024], got {streams}")
-        if policy not in _POLICIES:
-            raise ArgumentValueError(f"Queue: policy must be one of {_POLICIES}, got {policy!r}")
-        pool = [Stream(device) for _ in range(int(streams))]
+    def __init__(self, device=None, streams: int | None = None, policy: str | None = None):
+        if streams is None or policy is None:
+            d = get_defaults()
+            streams = d["streams"] if streams is None else streams
+            policy = d["policy"] if policy is None else policy
+        streams = _check_streams(streams, "Queue")
+        policy = _check_policy(policy, "Queue")
+        pool = [Stream(device) for _ in range(streams)]
         self.device = pool[0].device
         self.policy = policy
         self._setup(self.device, pool, policy == "round_robin", Stream, Event, Buffer)
@@ -192,6 +253,44 @@ class Queue(QueueCore):
             self._note_whole()
         return self._issue_call("graph launch", stream, lambda s: graph.launch(s), (graph,), True, timed)
 
+    def matmul(self, plan, a, b, out, *, stream=None, timed: bool = False) -> Submission:
+        """Execute a cuDNN :class:`pycudadrv.cudnn.MatmulPlan`, ``out = a @ b``
+        (``cudnnBackendExecute``, as ``plan(a, b, out, stream=s)``), on a
+        stream of the pool, ordered like a kernel: it reads ``a`` and ``b``
+        and writes ``out`` and the plan's workspace (``plan.workspace``), so
+        kernels and other plan executions that touch that memory wait for it
+        and it waits for them. Operands as the plan takes them (Buffers,
+        views, CAI arrays; shapes and dtypes the plan's). ``timed=True``
+        records timing events around it: ``sub.elapsed_ms()`` is the
+        execution's GPU time in milliseconds.
+
+        Raises ArgumentTypeError for anything but a MatmulPlan; CaptureError
+        during :meth:`capture` (execute the plan on the capture's stream
+        instead); what the plan raises for its operands."""
+        if not isinstance(plan, _plan_type()):
+            raise ArgumentTypeError(f"Queue.matmul takes a cuDNN MatmulPlan (pycudadrv.cudnn.matmul_plan(...)), got "
+                                    f"{type(plan).__name__}")
+        if self._capturing:
+            raise CaptureError("Queue.matmul during Queue.capture(): a plan executed on a stream joined to the "
+                               "capture would share the eager workspace; call plan(a, b, out, stream=...) on the "
+                               "capturing stream inside `with stream.capture()` instead")
+        if plan.closed:
+            raise ClosedError(f"Queue.matmul: {plan!r} is closed")
+        what = f"Queue.matmul of {plan!r}"
+        access = []
+        fresh = []
+        for name, x, w in (("a", a, False), ("b", b, False), ("out", out, True), ("workspace", plan.workspace, True)):
+            if x is None and name == "workspace":
+                continue
+            sp = _span(x, f"{what}, {name}")
+            if sp is not None:
+                access.append((sp, w))
+            if isinstance(x, Buffer):
+                fresh.append(x.stream)
+        self._access_of(access, fresh)
+        return self._issue_call(f"cuDNN matmul {plan.m}x{plan.n}x{plan.k} ({plan.dtype})", stream,
+                                lambda s: plan(a, b, out, stream=s), (plan, a, b, out), True, timed)
+
     # -- sync points -----------------------------------------------------------------------------
     def read(self, buf, out=None):
         """Copy ``buf`` to the host once the work writing it is done, and wait
@@ -235,6 +334,12 @@ class Queue(QueueCore):
 
     def __getattr__(self, name):
         raise missing(self, name, "policy", "Queue(device, streams=4)")
+
+
+def _plan_type():
+    """pycudadrv's cuDNN MatmulPlan class (importing pycudadrv._cudnn loads no cuDNN library)."""
+    from pycudadrv._cudnn import MatmulPlan
+    return MatmulPlan
 
 
 class _QueueCapture:

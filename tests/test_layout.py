@@ -38,6 +38,7 @@ ALLOWED_UPWARD = {
     ("_loops", "nvrtc"): "pycudadrv's condition kernels are compiled with NVRTC on first use",
     ("nvrtc", "link"): "compile(arch=[...]) builds a fatbin with nvFatbin",
     ("_hazards", "aio"): "awaiting a Queue Submission goes through aio.wait",
+    ("queue", "_cudnn"): "Queue.matmul checks that it was given a cuDNN MatmulPlan",
 }
 
 IMPORT_RE = re.compile(r"^\s*(?:from\s+pycudadrv\.(\w+)\s+c?import|from\s+pycudadrv\s+import\s+([\w, ()]+)|"
