@@ -158,6 +158,7 @@ cdef class Submission:
 # -- lanes ----------------------------------------------------------------------------------------
 
 @cython.final
+@cython.auto_pickle(False)
 cdef class _Lane:
     """A stream the queue issues on (internal)."""
 
@@ -307,6 +308,7 @@ cdef int forget_seen(_Lane lane, int m) except -1:
 # Not tracked by the garbage collector: no cycle passes through a segment (Submissions do not reach the tracker).
 @cython.final
 @cython.no_gc
+@cython.auto_pickle(False)
 cdef class _Seg:
     pass
 
@@ -393,6 +395,7 @@ cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long lo
 
 
 @cython.final
+@cython.auto_pickle(False)
 cdef class _Tracker:
     """Disjoint byte ranges ``[lo, hi)`` with the last writer and, per lane, the latest reader since
     (the C twin of pycudadrv._ranges.RangeTracker, its reference model)."""

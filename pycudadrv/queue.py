@@ -30,11 +30,11 @@ from pycudadrv._event import Event
 from pycudadrv._stream import Stream
 from pycudadrv._uninit import missing
 
-__all__ = ["Queue", "Submission", "set_defaults", "get_defaults", "reset_defaults"]
+__all__ = ["Queue", "Submission", "set_queue_defaults", "get_queue_defaults", "reset_queue_defaults"]
 
 _POLICIES = ("greedy", "round_robin")
 _BUILT_IN = {"streams": 4, "policy": "greedy"}
-_set: dict = {}          # what set_defaults() chose (absent: the environment variable, else the built-in value)
+_set: dict = {}          # what set_queue_defaults() chose (absent: the environment variable, else the built-in value)
 
 
 def _check_streams(streams, where):
@@ -51,36 +51,36 @@ def _check_policy(policy, where):
     return policy
 
 
-def set_defaults(*, streams: int | None = None, policy: str | None = None) -> dict:
+def set_queue_defaults(*, streams: int | None = None, policy: str | None = None) -> dict:
     """Set the process-wide defaults of :class:`Queue` (what ``Queue()`` uses
     where its own ``streams=`` / ``policy=`` is not given); None leaves a
     value as it is. They win over the environment variables
     ``PYCUDADRV_QUEUE_STREAMS`` / ``PYCUDADRV_QUEUE_POLICY``; queues made
     before keep what they have. Returns the defaults in effect before the call
-    (as :func:`get_defaults`).
+    (as :func:`get_queue_defaults`).
 
     Raises ArgumentTypeError / ArgumentValueError for a ``streams`` that is
     not an int in [1, 1024] or a ``policy`` not in ("greedy", "round_robin");
     a refused call changes nothing."""
     new = {}
     if streams is not None:
-        new["streams"] = _check_streams(streams, "pycudadrv.queue.set_defaults")
+        new["streams"] = _check_streams(streams, "pycudadrv.queue.set_queue_defaults")
     if policy is not None:
-        new["policy"] = _check_policy(policy, "pycudadrv.queue.set_defaults")
-    before = get_defaults()
+        new["policy"] = _check_policy(policy, "pycudadrv.queue.set_queue_defaults")
+    before = get_queue_defaults()
     _set.update(new)
     return before
 
 
-def reset_defaults() -> None:
-    """Forget what :func:`set_defaults` chose: the environment variables, else
+def reset_queue_defaults() -> None:
+    """Forget what :func:`set_queue_defaults` chose: the environment variables, else
     the built-in values (4 streams, ``"greedy"``), apply again."""
     _set.clear()
 
 
-def get_defaults() -> dict:
+def get_queue_defaults() -> dict:
     """``{"streams": int, "policy": str}``: what ``Queue()`` uses where not
-    told: :func:`set_defaults`'s choice, else ``PYCUDADRV_QUEUE_STREAMS`` /
+    told: :func:`set_queue_defaults`'s choice, else ``PYCUDADRV_QUEUE_STREAMS`` /
     ``PYCUDADRV_QUEUE_POLICY`` (read now; a value that is not an integer in
     [1, 1024], or not a policy, warns once and is not used), else 4 and
     ``"greedy"``."""
@@ -92,6 +92,10 @@ def get_defaults() -> dict:
     return out
 
 
+# pycudadrv.queue.set_defaults & co.: the same functions under their module's short names.
+set_defaults, get_defaults, reset_defaults = set_queue_defaults, get_queue_defaults, reset_queue_defaults
+
+
 class Queue(QueueCore):
     """A pool of owned streams that orders the work submitted to it.
 
@@ -101,11 +105,11 @@ class Queue(QueueCore):
         The current device by default.
     streams : int, optional
         Streams in the pool (``cuStreamCreate``, non-blocking), 1 to 1024.
-        Default: the process-wide default (:func:`set_defaults`,
+        Default: the process-wide default (:func:`set_queue_defaults`,
         ``PYCUDADRV_QUEUE_STREAMS``, else 4).
     policy : {"greedy", "round_robin"}, optional
         How a submission's stream is chosen (see the module docs). Default:
-        :func:`set_defaults`, ``PYCUDADRV_QUEUE_POLICY``, else ``"greedy"``.
+        :func:`set_queue_defaults`, ``PYCUDADRV_QUEUE_POLICY``, else ``"greedy"``.
 
     Every submitting method returns a :class:`Submission` and accepts
     ``stream=`` (a pool stream or any other Stream) to place the work
@@ -119,7 +123,7 @@ class Queue(QueueCore):
 
     def __init__(self, device=None, streams: int | None = None, policy: str | None = None):
         if streams is None or policy is None:
-            d = get_defaults()
+            d = get_queue_defaults()
             streams = d["streams"] if streams is None else streams
             policy = d["policy"] if policy is None else policy
         streams = _check_streams(streams, "Queue")
