@@ -13,7 +13,7 @@ import os
 import sys
 import warnings
 
-__all__ = ["env_flag", "env_choice", "env_int", "foreign_sync_enabled", "debug_log", "ENVIRONMENT_VARIABLES"]
+__all__ = ["env_flag", "env_choice", "env_word", "env_int", "foreign_sync_enabled", "debug_log", "ENVIRONMENT_VARIABLES"]
 
 _TRUE = frozenset(("1", "true", "yes", "on"))
 _FALSE = frozenset(("0", "false", "no", "off"))
@@ -41,6 +41,8 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_CUDNN": "0 turns the cuDNN integration off",
     "PYCUDADRV_CUDNN_PATH": "path of libcudnn.so.9 (no fallback when set)",
     "PYCUDADRV_MPI_CUDA_AWARE": "1/0: pycudadrv.mpi treats the MPI library as CUDA-aware or not (unset: detect)",
+    "PYCUDADRV_QUEUE_STREAMS": "streams of a Queue made without streams= (1 to 1024; default 4)",
+    "PYCUDADRV_QUEUE_POLICY": "stream choice of a Queue made without policy=: greedy (default) or round_robin",
     "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "0: do not order another library's arrays after their producer's stream "
                                            "(CuPy's CUPY_CUDA_ARRAY_INTERFACE_SYNC, Numba's NUMBA_...); default on",
     "PYCUDADRV_AIO_COMPLETION": "pycudadrv.aio's completion mode at import: spin (default), blocking, host_func "
@@ -88,9 +90,11 @@ def env_choice(name: str, choices: tuple[str, ...]) -> str | bool:
     return False if v is None else v
 
 
-def env_int(name: str, default: int | None = None, minimum: int | None = None) -> int | None:
+def env_int(name: str, default: int | None = None, minimum: int | None = None,
+            maximum: int | None = None) -> int | None:
     """The integer ``name``; unset or empty gives ``default``; a value that is
-    not an integer, or is below ``minimum``, warns once and gives ``default``."""
+    not an integer, or is below ``minimum`` or above ``maximum``, warns once
+    and gives ``default``."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
@@ -102,7 +106,24 @@ def env_int(name: str, default: int | None = None, minimum: int | None = None) -
     if minimum is not None and v < minimum:
         _warn_once(name, raw, f"an integer >= {minimum}")
         return default
+    if maximum is not None and v > maximum:
+        _warn_once(name, raw, f"an integer <= {maximum}")
+        return default
     return v
+
+
+def env_word(name: str, choices: tuple[str, ...], default: str) -> str:
+    """The word ``name``, one of ``choices`` (surrounding blanks ignored, any
+    case); unset or empty gives ``default``; another value warns once and gives
+    ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip().lower()
+    if v in choices:
+        return v
+    _warn_once(name, raw, "one of " + ", ".join(choices))
+    return default
 
 
 _foreign_sync: bool | None = None

@@ -62,7 +62,7 @@ from collections import deque
 import numpy as np
 
 from pycudadrv._device import Device, get_current_device
-from pycudadrv._env import _warn_once
+from pycudadrv._env import env_word
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, StateError
 from pycudadrv._event import Event
 from pycudadrv._launch import PreparedLaunch
@@ -78,16 +78,7 @@ _MODES = ("spin", "blocking", "host_func", "poll")
 _WAITER_MODES = ("spin", "blocking")
 
 
-def _default_mode() -> str:
-    raw = os.environ.get("PYCUDADRV_AIO_COMPLETION") or ""
-    if raw.strip().lower() in _MODES:
-        return raw.strip().lower()
-    if raw.strip():
-        _warn_once("PYCUDADRV_AIO_COMPLETION", raw, f"one of {', '.join(_MODES)}")
-    return "spin"
-
-
-_config = {"mode": _default_mode(), "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
+_config = {"mode": env_word("PYCUDADRV_AIO_COMPLETION", _MODES, "spin"), "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
 _events: dict = {}          # device ordinal -> [Event(timing=False)] ready for reuse
 _signal_streams: dict = {}  # user stream handle -> private signal Stream (host_func mode)
 _misc_signal: dict = {}     # device ordinal -> [Streams] for events of unknown streams, and a turn counter

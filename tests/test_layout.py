@@ -22,7 +22,8 @@ LAYERS = [
     "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "_includes", "nvtx", "_timing", "_linklibs", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "aio", "queue", "_builder",
+    "_compile_cache", "_includes", "nvtx", "_timing", "_linklibs", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "_ranges", "aio", "_hazards", "_queue",
+    "queue", "_builder",
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]
 
@@ -37,6 +38,7 @@ ALLOWED_UPWARD = {
     ("_marshal", "_signature"): "pack_arguments() parses a signature string",
     ("_loops", "nvrtc"): "pycudadrv's condition kernels are compiled with NVRTC on first use",
     ("_launch", "_builder"): "Function.builder() returns a LaunchBuilder (built on Function and aio)",
+    ("queue", "_cudnn"): "Queue.matmul checks that it was given a cuDNN MatmulPlan",
 }
 
 IMPORT_RE = re.compile(r"^\s*(?:from\s+pycudadrv\.(\w+)\s+c?import|from\s+pycudadrv\s+import\s+([\w, ()]+)|"
