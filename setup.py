@@ -14,8 +14,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 #: The compiled modules, in layering order (tests/test_layout.py checks the imports).
-MODULES = ["_driver", "_device", "_stream", "_event", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_kernel", "_launch", "_module",
-           "_graph", "_sequence", "_loops", "_timing", "_cudnn"]
+MODULES = ["_driver", "_device", "_stream", "_event", "_waiter", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_kernel", "_launch", "_module",
+           "_graph", "_sequence", "_loops", "_timing", "_builder", "_hazards", "_queue", "_cudnn"]
+
+#: Modules that start native threads (pthreads; libpthread is linked, as glibc < 2.34 needs).
+THREADED = {"_waiter"}
 
 
 def _paths():
@@ -44,7 +47,8 @@ if __name__ == "__main__":
             f"pycudadrv.{m}",
             [f"pycudadrv/{m}.pyx"],
             include_dirs=[os.path.join(HERE, "include"), cuda_inc],
-            extra_compile_args=["-O3", "-g0", "-Wno-unused-function"],
+            extra_compile_args=["-O3", "-g0", "-Wno-unused-function"] + (["-pthread"] if m in THREADED else []),
+            extra_link_args=["-pthread"] if m in THREADED else [],
         )
         for m in MODULES if os.path.exists(os.path.join(HERE, "pycudadrv", f"{m}.pyx"))
     ]

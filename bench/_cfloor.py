@@ -274,6 +274,32 @@ class CFloor:
                  f"building a WHILE loop of {iterations} x {steps_per_iteration} steps")
         return int(out.value)
 
+    @property
+    def has_indirect(self) -> bool:
+        """Whether the compiled source has floor_indirect_graph."""
+        return hasattr(self.lib, "floor_indirect_graph")
+
+    def indirect_graph(self, update_func: int, dispatch_func: int, block_x: int, params: ParamArray,
+                       counts_ptr: int, max_x: int, dispatches: int, pdl: bool, stream: int) -> int:
+        """The C twin of ``dispatches`` GPU-driven indirect dispatches captured in a graph:
+        each is pycudadrv's update kernel ``update_func(node, counts, max_x)`` and then a
+        device-updatable node of ``dispatch_func`` (grid 1, ``block_x`` threads, ``params``)
+        whose grid the update kernel sets; with ``pdl`` the node is the update kernel's
+        programmatic dependent and each update kernel but the first the previous node's.
+        Returns the uploaded CUgraphExec as int (replay with
+        :meth:`graph_launch_loop`, free with :meth:`graph_exec_destroy`)."""
+        if not self.has_indirect:
+            raise BenchSetupError(f"{self.path}: built from a c_floor.c without floor_indirect_graph")
+        P, I, U = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+        fn = self.lib.floor_indirect_graph
+        fn.argtypes = [P, P, U, P, P, U, I, I, P, ctypes.POINTER(P)]
+        fn.restype = I
+        out = ctypes.c_void_p(None)
+        self._rc(fn(update_func, dispatch_func, block_x, params.address, counts_ptr, max_x, dispatches,
+                    1 if pdl else 0, stream, ctypes.byref(out)),
+                 f"capturing {dispatches} GPU-driven indirect dispatches")
+        return int(out.value)
+
     def launch_seq_loop(self, seq: "KernelSeq", stream: int, repeats: int, synchronize: bool = True) -> int:
         """``repeats`` x the kernels of ``seq`` as plain ``cuLaunchKernel`` calls, then (with
         ``synchronize``) ``cuStreamSynchronize(stream)``, all timed in C; elapsed nanoseconds."""

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from time import perf_counter_ns
 from types import SimpleNamespace
 from typing import Callable
 
 from _cfloor import BenchSetupError, CFloor, PeerSkipped, build_c_floor  # noqa: F401
-from _report import environment, log  # noqa: F401
+from _report import environment, log, median_or_nan, report_header  # noqa: F401
 
 # The tiny kernel of launch_overhead.py and graph_replay.py: launched with n = 0
 # (no thread touches memory), grid 1, block 32.
@@ -46,24 +46,27 @@ class Bench:
     title: str
 
     def report_header(self) -> dict:
-        """The first keys of the JSON report: the benchmark, the host, the device,
-        driver / pycudadrv / NVRTC versions and how the C floor was built."""
-        cd, pdev, floor, dv = self.cd, self.pdev, self.floor, self.driver_version
-        cc = pdev.compute_capability
+        """The first keys of the JSON report (:func:`_report.report_header`) and how the
+        C floor was built (``c_floor``)."""
+        floor = self.floor
+        return {**report_header(self.name, self.cd, self.pdev, self.env),
+                "c_floor": {"compile": floor.compiler, "compiler": floor.compiler_version,
+                            "cuda_include": floor.include_dir}}
+
+
+def cuda_missing(cd) -> str | None:
+    """Why nothing can be measured ("CUDA is not available, nothing to measure (<why>)"),
+    or None when the driver loads and has a device."""
+    why = None
+    if not cd.is_available():
         try:
-            nvrtc = ".".join(map(str, cd.nvrtc_version()))
-        except Exception:  # noqa: BLE001
-            nvrtc = None
-        return {
-            "benchmark": self.name,
-            **self.env,
-            "device": {"name": pdev.name, "ordinal": pdev.ordinal, "compute_capability": list(cc), "arch": pdev.arch},
-            "driver_version": f"{dv[0]}.{dv[1]}",
-            "pycudadrv_version": cd.__version__,
-            "nvrtc_version": nvrtc,
-            "c_floor": {"compile": floor.compiler, "compiler": floor.compiler_version,
-                        "cuda_include": floor.include_dir},
-        }
+            cd.require()
+            why = "is_available() is False"
+        except Exception as e:  # noqa: BLE001 -- the reason, for the message
+            why = f"{type(e).__name__}: {e}"
+    elif cd.device_count() == 0:
+        why = "the driver reports no device"
+    return None if why is None else f"CUDA is not available, nothing to measure ({why})"
 
 
 def setup(name: str, title_suffix: str, *, title_prefix: str = "",
@@ -81,13 +84,9 @@ def setup(name: str, title_suffix: str, *, title_prefix: str = "",
     def fail(msg):
         print(f"{name}: {msg}", file=sys.stderr)
 
-    if not cd.is_available():
-        try:
-            cd.require()
-            why = "is_available() is False"
-        except Exception as e:  # noqa: BLE001 -- the reason, for the message
-            why = f"{type(e).__name__}: {e}"
-        fail(f"CUDA is not available, nothing to measure ({why})")
+    why = cuda_missing(cd)
+    if why is not None:
+        fail(why)
         return None
     try:
         floor = build_c_floor()
@@ -248,7 +247,10 @@ class Row:
 
 @dataclass
 class Interleaved:
-    """Per-round figures of one interleaved benchmark (nanoseconds per round)."""
+    """Per-round figures of one interleaved benchmark (nanoseconds per round), and the
+    reports every benchmark writes of them: :meth:`row_report` / :meth:`floor_report`
+    (time per unit and ratio to the round's floor), :meth:`table_report` (the floor and
+    every row), :meth:`rate_report` (units per second, e.g. steps/s)."""
 
     launches: int
     floor_first_ns: list
@@ -256,16 +258,91 @@ class Interleaved:
     rows: dict          # name -> list of ns per round
     drain_ns: dict      # name -> list of ns the row's stream took to drain after its launches
     dropped: dict       # name -> reason
+    floor_name: str = ""
+    targets: dict = field(default_factory=dict)   # name -> the Row's target (max ratio to the floor)
 
     @property
     def floor_ns(self) -> list:
         return [(a + b) / 2 for a, b in zip(self.floor_first_ns, self.floor_last_ns)]
 
-    def ratios(self, name: str) -> list:
-        return [t / f for t, f in zip(self.rows[name], self.floor_ns)]
+    def ns(self, name: str) -> list:
+        """Nanoseconds per round of row ``name`` (the floor's: the mean of its two runs)."""
+        return self.floor_ns if name == self.floor_name else self.rows[name]
 
-    def per_launch_us(self, values_ns) -> list:
-        return [v / self.launches / 1e3 for v in values_ns]
+    def ratios(self, name: str) -> list:
+        """Per round: row time / the same round's floor time (1.0 for the floor)."""
+        return [t / f for t, f in zip(self.ns(name), self.floor_ns)]
+
+    def ratios_between(self, num: str, den: str) -> list:
+        """Per round: time of ``num`` / time of ``den`` (same round)."""
+        return [a / b for a, b in zip(self.ns(num), self.ns(den))]
+
+    def per_launch_us(self, values_ns, per: int | None = None) -> list:
+        """Microseconds per unit: ns / ``per`` (default: the launches per round) / 1e3."""
+        per = self.launches if per is None else per
+        return [v / per / 1e3 for v in values_ns]
+
+    def drain_us(self, name: str) -> list:
+        return [d / 1e3 for d in self.drain_ns.get(name, [])]
+
+    @property
+    def drift(self) -> list:
+        """Per round: the floor's last run / its first run."""
+        return [b / a for a, b in zip(self.floor_first_ns, self.floor_last_ns)]
+
+    def row_report(self, name: str, target: float | None = None, *, per: int | None = None,
+                   key: str = "per_launch_us") -> dict:
+        """Row ``name``: ``per_round_ns``, ``<key>`` (us per unit, ``per`` units per round,
+        default the launches) and its ``<key>_summary``, ``ratio_to_floor`` and
+        ``ratio_summary``, ``drain_us``; with a target (given, else the Row's), ``target``
+        and ``pass`` (median ratio at most the target)."""
+        us = self.per_launch_us(self.rows[name], per)
+        ratios = self.ratios(name)
+        rep = {"per_round_ns": self.rows[name], key: us, f"{key}_summary": summarize(us),
+               "ratio_to_floor": ratios, "ratio_summary": summarize(ratios), "drain_us": self.drain_us(name)}
+        target = self.targets.get(name) if target is None else target
+        if target is not None:
+            rep["target"] = target
+            rep["pass"] = bool(ratios) and rep["ratio_summary"]["median"] <= target
+        return rep
+
+    def floor_report(self, name: str | None = None, *, per: int | None = None, key: str = "per_launch_us") -> dict:
+        """The floor: ``name``, ``first_ns``, ``last_ns``, ``<key>`` (as :meth:`row_report`)
+        and its summary, ``drain_us``, ``drift_last_over_first`` and ``drift_summary``."""
+        us = self.per_launch_us(self.floor_ns, per)
+        name = self.floor_name if name is None else name
+        drift = self.drift
+        return {"name": name, "first_ns": self.floor_first_ns, "last_ns": self.floor_last_ns, key: us,
+                f"{key}_summary": summarize(us), "drain_us": self.drain_us(name),
+                "drift_last_over_first": drift, "drift_summary": summarize(drift)}
+
+    def table_report(self, *, per: int | None = None, key: str = "per_launch_us") -> dict:
+        """``{"floor": floor_report, "rows": {name: row_report}, "dropped": {name: why}}``,
+        the rows in the order they were given (the dropped ones left out)."""
+        return {"floor": self.floor_report(per=per, key=key),
+                "rows": {n: self.row_report(n, per=per, key=key) for n in self.rows},
+                "dropped": dict(self.dropped)}
+
+    def rate_report(self, name: str, per: int | None = None, unit: str = "step") -> dict:
+        """Row (or floor) ``name`` as a rate, ``per`` units per round (default the launches):
+        ``per_round_ns``, ``<unit>s_per_s``, ``us_per_<unit>`` and their summaries; the
+        floor also gets ``first_ns`` and ``last_ns``."""
+        per = self.launches if per is None else per
+        ns = self.ns(name)
+        rate = [per * 1e9 / t for t in ns]
+        us = [t / per / 1e3 for t in ns]
+        rep = {"per_round_ns": ns, f"{unit}s_per_s": rate, f"us_per_{unit}": us,
+               f"{unit}s_per_s_summary": summarize(rate), f"us_per_{unit}_summary": summarize(us)}
+        if name == self.floor_name:
+            rep["first_ns"], rep["last_ns"] = self.floor_first_ns, self.floor_last_ns
+        return rep
+
+
+def ratio_median(rows: dict, name: str, key: str = "ratio_summary") -> float | None:
+    """The median of ``rows[name][key]`` (a :func:`summarize` dict), or None when the row
+    is missing or has no rounds."""
+    r = rows.get(name)
+    return None if r is None or not r.get(key, {}).get("n") else r[key]["median"]
 
 
 def loop_call0(f):
@@ -276,6 +353,35 @@ def loop_call0(f):
         for _ in it:
             f()
         return perf_counter_ns() - t0
+    return run
+
+
+def loop_replay_sync(launch, sync):
+    """A row's run(n): n x launch(), then sync(); both inside the timing (GPU-bound rows)."""
+    def run(n):
+        it = repeat(None, n)
+        t0 = perf_counter_ns()
+        for _ in it:
+            launch()
+        sync()
+        return perf_counter_ns() - t0
+    return run
+
+
+def batched(run_batch, sync, batch):
+    """run(n): ``run_batch(k)`` over batches of ``batch`` launches (all n in one when
+    batch <= 0), ``sync()`` between batches outside the timing; returns the summed timed
+    nanoseconds. The last batch is drained by the caller (the row's sync)."""
+    def run(n):
+        step = batch if batch > 0 else n
+        total = done = 0
+        while done < n:
+            k = min(step, n - done)
+            total += run_batch(k)
+            done += k
+            if done < n:
+                sync()
+        return total
     return run
 
 
@@ -297,7 +403,8 @@ def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, 
     the round's floor is the mean of its two floor measurements. ``sync_all``
     ends each round (every stream idle)."""
     rows = list(rows)
-    res = Interleaved(launches, [], [], {r.name: [] for r in rows}, {r.name: [] for r in rows}, {})
+    res = Interleaved(launches, [], [], {r.name: [] for r in rows}, {r.name: [] for r in rows}, {},
+                      floor_name=floor.name, targets={r.name: r.target for r in rows if r.target is not None})
     res.drain_ns[floor.name] = []
     total = warmup_rounds + rounds
     for k in range(total):
@@ -339,10 +446,6 @@ def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, 
         res.rows.pop(name, None)
         res.drain_ns.pop(name, None)
     return res
-
-
-def median_or_nan(values) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 def summarize(values: list) -> dict:

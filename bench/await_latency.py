@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """How long after the GPU finishes an awaited kernel the coroutine resumes,
-for each pycudadrv.aio completion mode, against a blocking synchronize().
+for each pycudadrv.aio completion mode, against a blocking synchronize() and
+against C floors of the same waits.
 
 What is measured
 ----------------
@@ -12,27 +13,46 @@ kernel's own GPU time, in microseconds: the launch latency (the same for
 every row) plus the time from completion to the waiter running again.
 
 * **blocking synchronize** -- ``stream.synchronize()`` (``cuStreamSynchronize``).
-* **await, host_func** -- ``await aio.wait(stream)`` with
-  ``aio.set_completion("host_func")``: a private stream waits for the event
-  and runs a host function (``cuLaunchHostFunc``) that wakes the loop.
-* **await, poll** -- the same with ``"poll"``: the loop queries the event,
-  ``asyncio.sleep(0)`` for ``spin_us`` (200) after the last completion, then
-  every ``interval_ms`` (1).
+* **await, spin** (the default) -- ``await aio.wait(stream)`` with
+  ``aio.set_completion("spin")``: the device's waiter thread
+  ``cuEventSynchronize``-s the event and writes the loop's eventfd.
+* **await, blocking** -- the same thread, sleeping on a
+  ``CU_EVENT_BLOCKING_SYNC`` event recorded behind the work.
+* **await, host_func** -- a private stream waits for the event and runs a
+  host function (``cuLaunchHostFunc``) that wakes the loop.
+* **await, poll** -- the loop queries the event, ``asyncio.sleep(0)`` for
+  ``spin_us`` (200) after the last completion, then every ``interval_ms`` (1).
+* **C sync**, **C host_func+eventfd**, **C waiter+eventfd** --
+  ``bench/c_await_floor.c`` (compiled in the run, called through ctypes on
+  the same function, stream and events): ``cuStreamSynchronize``;
+  ``cuLaunchHostFunc`` whose function writes an eventfd the caller
+  ``poll()``-s; one waiter thread (asleep on a condition variable when idle)
+  that ``cuEventSynchronize``-s the event (made without blocking sync: the
+  driver spin-waits) and writes an eventfd the caller ``poll()``-s.
 
-Samples of the three rows are interleaved (one of each in turn, the order
-rotated), ``--samples`` per row and kernel length. Also the thread's CPU time
-per wait (``time.thread_time``), which shows what polling costs.
+Samples of all rows are interleaved (one of each in turn, the order
+rotated), ``--samples`` per row and kernel length. CPU per await: the
+process's CPU time (``time.process_time``, every thread: a waiter thread's
+spinning and the driver's host-function thread count) per sample, and the
+calling thread's (``time.thread_time``).
 
-Summary keys: ``await_resume_us_median`` and ``await_resume_us_p99`` (the
-default mode, ``"host_func"``, at the longest kernel), the same for
-``poll`` and for the blocking synchronize, and the CPU us per wait.
+Summary keys (at the longest kernel): ``await_resume_us_median`` /
+``await_resume_us_p99`` and ``await_cpu_us`` (process CPU us per await) of
+the default mode; ``await_<mode>_us_median`` / ``_p99`` / ``_cpu_us`` for
+``spin``, ``blocking``, ``host_func``, ``poll``; ``sync_resume_us_*``;
+``await_c_sync_us_*``, ``await_c_host_func_us_*``, ``await_c_waiter_us_*``
+and ``await_c_waiter_cpu_us``; ``await_over_c_waiter`` (default-mode median
+over the C waiter's median; the target is <= 1.3, with
+``await_resume_us_p99`` <= 100).
 
 Output: the table, ``bench/results/await_latency.json`` and ``.png``. Exit 2
-without CUDA.
+without CUDA or a C compiler.
 """
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import os
 import statistics
 import sys
 import time
@@ -43,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 
+from _cfloor import BENCH_DIR, BenchSetupError, ParamArray, compile_shared, find_cuda_include  # noqa: E402
 from _harness import launch_hook, setup, summarize  # noqa: E402
 from _report import add_output_args, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
 
@@ -55,13 +76,46 @@ extern "C" __global__ void spin(int* flag, long long ns) {
 }
 """
 SYNC = "blocking synchronize"
-HOST = "await, host_func"
-POLL = "await, poll"
-ROWS = (SYNC, HOST, POLL)
+MODE_ROWS = {"spin": "await, spin", "blocking": "await, blocking", "host_func": "await, host_func",
+             "poll": "await, poll"}
+C_ROWS = {"C sync": 0, "C host_func+eventfd": 1, "C waiter+eventfd": 2}     # mode numbers of c_await_floor.c
+ROWS = (SYNC, *MODE_ROWS.values(), *C_ROWS)
+ROW_MODE = {row: mode for mode, row in MODE_ROWS.items()}
 
 
 def p99(v):
     return float(np.percentile(v, 99)) if v else float("nan")
+
+
+class CAwait:
+    """``bench/c_await_floor.c``, compiled now and bound through ctypes."""
+
+    def __init__(self):
+        out, cmd, _cc, proc = compile_shared(BENCH_DIR / "c_await_floor.c", "c_await_floor.so",
+                                             [f"-I{find_cuda_include()}", "-pthread"], ["-ldl", "-pthread"])
+        if proc.returncode != 0:
+            raise BenchSetupError(f"compiling bench/c_await_floor.c failed: {' '.join(cmd)}\n{proc.stdout}"
+                                  f"{proc.stderr}")
+        lib = self.lib = ctypes.CDLL(out)
+        P = ctypes.c_void_p
+        lib.await_init.argtypes, lib.await_init.restype = [ctypes.c_char_p], ctypes.c_int
+        lib.await_init_error.argtypes, lib.await_init_error.restype = [], ctypes.c_char_p
+        lib.await_run.argtypes = [ctypes.c_int, P, P, P, P, P, ctypes.c_int, ctypes.POINTER(ctypes.c_double),
+                                  ctypes.POINTER(ctypes.c_double)]
+        lib.await_run.restype = ctypes.c_int
+        lib.await_stop.argtypes, lib.await_stop.restype = [], None
+        rc = lib.await_init(os.environ.get("PYCUDADRV_LIBCUDA", "libcuda.so.1").encode())
+        if rc != 0:
+            raise BenchSetupError(f"c_await_floor: await_init = {rc}: {lib.await_init_error().decode()}")
+        self.out = (ctypes.c_double * 1)()
+        self.cpu = (ctypes.c_double * 2)()
+
+    def sample(self, mode, func, stream, params, start, end):
+        """One sample of C mode ``mode``: (latency us, process CPU us, thread CPU us)."""
+        rc = self.lib.await_run(mode, func, stream, params.address, start, end, 1, self.out, self.cpu)
+        if rc != 0:
+            raise RuntimeError(f"c_await_floor: await_run(mode {mode}) failed: {rc}")
+        return self.out[0], self.cpu[0], self.cpu[1]
 
 
 def main(argv=None) -> int:
@@ -77,14 +131,23 @@ def main(argv=None) -> int:
     cd = b.cd
     from pycudadrv import aio
     launch_hook()
+    try:
+        c_await = CAwait()
+    except BenchSetupError as e:
+        print(f"await_latency: {e}", file=sys.stderr)
+        return 2
     spin = cd.compile(SRC).load().function("spin")
     s = cd.Stream()
     flag = cd.Buffer.zeros(1, np.int32, stream=s)
     start, end = cd.Event(), cd.Event()
     prev = aio.get_completion()
+    default = prev["mode"]
 
-    async def one(row, ns):
+    async def one(row, ns, c_params):
+        if row in C_ROWS:
+            return c_await.sample(C_ROWS[row], spin.handle, s.handle, c_params, start.handle, end.handle)
         t0 = perf_counter_ns()
+        p0 = time.process_time_ns()
         c0 = time.thread_time_ns()
         start.record(s)
         spin.launch(1, 32, flag, ns, stream=s)
@@ -95,26 +158,30 @@ def main(argv=None) -> int:
             await aio.wait(s)
         t1 = perf_counter_ns()
         c1 = time.thread_time_ns()
-        return (t1 - t0) / 1e3 - cd.Event.elapsed_ms(start, end) * 1e3, (c1 - c0) / 1e3
+        p1 = time.process_time_ns()
+        return (t1 - t0) / 1e3 - cd.Event.elapsed_ms(start, end) * 1e3, (p1 - p0) / 1e3, (c1 - c0) / 1e3
 
     async def run_all():
         out = {}
         launches = 0
         for kus in args.kernel_us:
             ns = int(kus * 1e3)
+            c_params = ParamArray(ctypes.c_void_p(flag.ptr), ctypes.c_longlong(ns))
             res = {row: [] for row in ROWS}
             cpu = {row: [] for row in ROWS}
+            tcpu = {row: [] for row in ROWS}
             for i in range(args.samples + 5):
-                k = i % 3
+                k = i % len(ROWS)
                 for row in ROWS[k:] + ROWS[:k]:
-                    if row != SYNC:
-                        aio.set_completion(row.split(", ")[1])
-                    lat, c = await one(row, ns)
+                    if row in ROW_MODE:
+                        aio.set_completion(ROW_MODE[row])
+                    lat, c, tc = await one(row, ns, c_params)
                     launches += 1
                     if i >= 5:           # warm-up samples
                         res[row].append(lat)
                         cpu[row].append(c)
-            out[kus] = (res, cpu)
+                        tcpu[row].append(tc)
+            out[kus] = (res, cpu, tcpu)
             log(f"  [await] {kus:g} us kernel: " + ", ".join(
                 f"{row} {statistics.median(res[row]):.1f} us" for row in ROWS))
         return out, launches
@@ -123,34 +190,43 @@ def main(argv=None) -> int:
         results, launches = asyncio.run(run_all())
     finally:
         aio.set_completion(**prev)
+        c_await.lib.await_stop()
     got = int(flag.to_numpy()[0])
     if got != launches:
         print(f"await_latency: the kernel ran {got} times, expected {launches}", file=sys.stderr)
         return 1
     print(f"\n=== await latency: {b.title} ===")
-    print("round trip minus the kernel's GPU time (launch latency + completion to resumption), us; CPU us per wait")
-    print(f"{'kernel':>9} {'row':<22} {'median':>9} {'p99':>9} {'cpu us':>9}")
+    print("round trip minus the kernel's GPU time (launch latency + completion to resumption), us; "
+          "CPU us per await (process, calling thread)")
+    print(f"{'kernel':>9} {'row':<22} {'median':>9} {'p99':>9} {'cpu us':>9} {'thread':>9}")
     report = {}
-    for kus, (res, cpu) in results.items():
+    for kus, (res, cpu, tcpu) in results.items():
         report[f"{kus:g}us"] = {row: {"latency_us": summarize(res[row]), "latency_us_p99": p99(res[row]),
-                                      "cpu_us_per_wait": summarize(cpu[row])} for row in ROWS}
+                                      "cpu_us_per_wait": summarize(cpu[row]),
+                                      "thread_cpu_us_per_wait": summarize(tcpu[row])} for row in ROWS}
         for row in ROWS:
             print(f"{kus:>7g}us {row:<22} {statistics.median(res[row]):>9.1f} {p99(res[row]):>9.1f} "
-                  f"{statistics.median(cpu[row]):>9.1f}")
+                  f"{statistics.fmean(cpu[row]):>9.1f} {statistics.fmean(tcpu[row]):>9.1f}")
     longest = max(results)
-    res, cpu = results[longest]
-    default = HOST if prev["mode"] == "host_func" else POLL
-    summary = {"await_resume_us_median": statistics.median(res[default]),
-               "await_resume_us_p99": p99(res[default]),
-               "await_host_func_us_median": statistics.median(res[HOST]), "await_host_func_us_p99": p99(res[HOST]),
-               "await_poll_us_median": statistics.median(res[POLL]), "await_poll_us_p99": p99(res[POLL]),
-               "sync_resume_us_median": statistics.median(res[SYNC]), "sync_resume_us_p99": p99(res[SYNC]),
-               "await_host_func_cpu_us": statistics.median(cpu[HOST]),
-               "await_poll_cpu_us": statistics.median(cpu[POLL])}
-    print(f"\nsummary ({longest:g} us kernel, default mode {prev['mode']!r}): " +
-          ", ".join(f"{k} = {v:.1f}" for k, v in summary.items()))
+    res, cpu, tcpu = results[longest]
+    med = {row: statistics.median(res[row]) for row in ROWS}
+    mean_cpu = {row: statistics.fmean(cpu[row]) for row in ROWS}
+    dflt = MODE_ROWS[default]
+    summary = {"await_resume_us_median": med[dflt], "await_resume_us_p99": p99(res[dflt]),
+               "await_cpu_us": mean_cpu[dflt], "await_thread_cpu_us": statistics.fmean(tcpu[dflt])}
+    for mode, row in MODE_ROWS.items():
+        summary.update({f"await_{mode}_us_median": med[row], f"await_{mode}_us_p99": p99(res[row]),
+                        f"await_{mode}_cpu_us": mean_cpu[row]})
+    summary.update({"sync_resume_us_median": med[SYNC], "sync_resume_us_p99": p99(res[SYNC]),
+                    "sync_cpu_us": mean_cpu[SYNC]})
+    for key, row in (("c_sync", "C sync"), ("c_host_func", "C host_func+eventfd"), ("c_waiter", "C waiter+eventfd")):
+        summary.update({f"await_{key}_us_median": med[row], f"await_{key}_us_p99": p99(res[row]),
+                        f"await_{key}_cpu_us": mean_cpu[row]})
+    summary["await_over_c_waiter"] = med[dflt] / med["C waiter+eventfd"]
+    print(f"\nsummary ({longest:g} us kernel, default mode {default!r}): " +
+          ", ".join(f"{k} = {v:.2f}" for k, v in summary.items()))
     data = {"summary": summary, **b.report_header()}
-    data.update({"samples": args.samples, "kernel_us": args.kernel_us, "default_mode": prev["mode"],
+    data.update({"samples": args.samples, "kernel_us": args.kernel_us, "default_mode": default,
                  "completion_settings": prev, "results": report})
     write_report(args.results_dir, "await_latency", data,
                  None if args.no_plot else (lambda path: plot(path, results, b.title)))
@@ -160,9 +236,9 @@ def main(argv=None) -> int:
 def plot(path, results, title):
     plt = pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
-    for ax, (kus, (res, _)) in zip(axes[0], results.items()):
+    for ax, (kus, (res, _, _)) in zip(axes[0], results.items()):
         ax.boxplot([res[row] for row in ROWS], showfliers=False)
-        ax.set_xticks(range(1, len(ROWS) + 1), ROWS, fontsize=8)
+        ax.set_xticks(range(1, len(ROWS) + 1), ROWS, fontsize=6, rotation=30, ha="right")
         ax.set_ylabel("us after the kernel's GPU time")
         ax.set_title(f"{kus:g} us kernel", fontsize=9)
     save_figure(fig, path, title, fontsize=9)

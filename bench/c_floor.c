@@ -79,6 +79,9 @@ typedef CUresult (*graph_add_node_t)(CUgraphNode *, CUgraph, const CUgraphNode *
 typedef CUresult (*begin_capture_to_graph_t)(CUstream, CUgraph, const CUgraphNode *, const CUgraphEdgeData *,
                                              size_t, CUstreamCaptureMode);
 typedef CUresult (*ctx_get_current_t)(CUcontext *);
+typedef CUresult (*stream_get_capture_info_t)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+                                              const CUgraphNode **, const CUgraphEdgeData **, size_t *);
+typedef CUresult (*kernel_node_set_params_t)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
 
 static launch_kernel_t p_launch_kernel = NULL;
 static graph_launch_t p_graph_launch = NULL;
@@ -98,6 +101,8 @@ static cond_handle_create_t p_cond_handle_create = NULL;
 static graph_add_node_t p_graph_add_node = NULL;
 static begin_capture_to_graph_t p_begin_capture_to_graph = NULL;
 static ctx_get_current_t p_ctx_get_current = NULL;
+static stream_get_capture_info_t p_stream_get_capture_info = NULL;
+static kernel_node_set_params_t p_kernel_node_set_params = NULL;
 static char init_error[512] = "floor_init() has not been called";
 
 /* Error codes of floor_init() besides a CUresult from cuGetProcAddress. */
@@ -186,6 +191,9 @@ int floor_init(const char *libcuda_path) {
     FLOOR_OPTIONAL(p_graph_add_node, graph_add_node_t, "cuGraphAddNode", 12030);
     FLOOR_OPTIONAL(p_begin_capture_to_graph, begin_capture_to_graph_t, "cuStreamBeginCaptureToGraph", 12030);
     FLOOR_OPTIONAL(p_ctx_get_current, ctx_get_current_t, "cuCtxGetCurrent", 4000);
+    /* Optional: GPU-driven indirect dispatch (floor_indirect_graph). */
+    FLOOR_OPTIONAL(p_stream_get_capture_info, stream_get_capture_info_t, "cuStreamGetCaptureInfo", 12030);
+    FLOOR_OPTIONAL(p_kernel_node_set_params, kernel_node_set_params_t, "cuGraphKernelNodeSetParams", 12000);
 #undef FLOOR_OPTIONAL
     snprintf(init_error, sizeof init_error, "ok");
     return 0;
@@ -635,6 +643,126 @@ int floor_while_graph_seq(int n_kernels, void *const *funcs, const unsigned int 
         p_graph_destroy(outer);
     if (r != CUDA_SUCCESS)
         return (int)r;
+    *graph_exec_out = (void *)exec;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * GPU-driven indirect dispatch (bench/graph_loops.py): the C twin of a graph of indirect dispatches
+ * as pycudadrv.dispatch captures them.
+ *
+ *   int floor_indirect_graph(void *update_func, void *dispatch_func, unsigned int block_x,
+ *                            void **dispatch_params, void *counts, unsigned int max_x, int dispatches,
+ *                            int pdl, void *stream, void **graph_exec_out);
+ *          captures (thread-local mode) `dispatches` x [update_func<<<1, 1>>>(node, counts, max_x) --
+ *          pycudadrv's own update kernel, so both twins run the same device code -- then
+ *          dispatch_func<<<1, block_x>>>(dispatch_params...) launched by cuLaunchKernelEx as a
+ *          device-updatable kernel node]; when `pdl`, with programmatic stream serialization for
+ *          the node (the update kernel's programmatic dependent) and for every update kernel but
+ *          the first (the previous dispatch's programmatic dependent), as pycudadrv.dispatch
+ *          launches them on sm_90+; after the capture each update
+ *          kernel's node gets its dispatch node's device handle (cuGraphKernelNodeSetParams), then
+ *          the graph is instantiated (flags 0) and uploaded (cuGraphUpload: device-updated nodes
+ *          need it before the first launch). 0 or a CUresult; replay with floor_graph_launch_loop.
+ * ------------------------------------------------------------------------------------------- */
+
+int floor_indirect_graph(void *update_func, void *dispatch_func, unsigned int block_x, void **dispatch_params,
+                         void *counts, unsigned int max_x, int dispatches, int pdl, void *stream,
+                         void **graph_exec_out) {
+    enum { MAX_DISPATCHES = 1024 };
+    CUgraphNode update_nodes[MAX_DISPATCHES];
+    unsigned long long dev_nodes[MAX_DISPATCHES];
+    CUdeviceptr counts_ptr = (CUdeviceptr)(uintptr_t)counts;
+    unsigned long long no_node = 0;
+    void *update_params[3];
+    CUlaunchAttribute attrs[2];
+    CUlaunchConfig cfg;
+    CUDA_KERNEL_NODE_PARAMS np;
+    CUstreamCaptureStatus status;
+    const CUgraphNode *deps = NULL;
+    size_t ndeps = 0;
+    CUgraph graph = NULL;
+    CUgraphExec exec = NULL;
+    CUstream s = (CUstream)stream;
+    CUresult r, r_end;
+    int i;
+    if (graph_exec_out == NULL)
+        return (int)CUDA_ERROR_INVALID_VALUE;
+    *graph_exec_out = NULL;
+    if (p_stream_begin_capture == NULL || p_stream_end_capture == NULL || p_launch_kernel_ex == NULL ||
+        p_stream_get_capture_info == NULL || p_kernel_node_set_params == NULL || p_graph_instantiate == NULL ||
+        p_graph_destroy == NULL || p_graph_upload == NULL)
+        return (int)CUDA_ERROR_NOT_SUPPORTED;
+    if (update_func == NULL || dispatch_func == NULL || counts == NULL || dispatches < 1 ||
+        dispatches > MAX_DISPATCHES)
+        return (int)CUDA_ERROR_INVALID_VALUE;
+    update_params[0] = &no_node;
+    update_params[1] = &counts_ptr;
+    update_params[2] = &max_x;
+    r = p_stream_begin_capture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != CUDA_SUCCESS)
+        return (int)r;
+    for (i = 0; i < dispatches && r == CUDA_SUCCESS; ++i) {
+        memset(attrs, 0, sizeof attrs);
+        attrs[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[0].value.programmaticStreamSerializationAllowed = 1;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.hStream = s;
+        cfg.attrs = attrs;
+        cfg.numAttrs = 1;
+        if (pdl && i > 0)       /* after the previous dispatch's kernel: its programmatic dependent */
+            r = p_launch_kernel_ex(&cfg, (CUfunction)update_func, update_params, NULL);
+        else
+            r = p_launch_kernel((CUfunction)update_func, 1, 1, 1, 1, 1, 1, 0, s, update_params, NULL);
+        if (r == CUDA_SUCCESS)
+            r = p_stream_get_capture_info(s, &status, NULL, NULL, &deps, NULL, &ndeps);
+        if (r == CUDA_SUCCESS && ndeps != 1)
+            r = CUDA_ERROR_INVALID_VALUE;
+        if (r != CUDA_SUCCESS)
+            break;
+        update_nodes[i] = deps[0];
+        memset(attrs, 0, sizeof attrs);
+        attrs[0].id = CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
+        attrs[0].value.deviceUpdatableKernelNode.deviceUpdatable = 1;
+        attrs[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[1].value.programmaticStreamSerializationAllowed = 1;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = block_x;
+        cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.hStream = s;
+        cfg.attrs = attrs;
+        cfg.numAttrs = pdl ? 2 : 1;
+        r = p_launch_kernel_ex(&cfg, (CUfunction)dispatch_func, dispatch_params, NULL);
+        dev_nodes[i] = (unsigned long long)(uintptr_t)attrs[0].value.deviceUpdatableKernelNode.devNode;
+    }
+    r_end = p_stream_end_capture(s, &graph);
+    if (r == CUDA_SUCCESS)
+        r = r_end;
+    if (r == CUDA_SUCCESS && graph == NULL)
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    for (i = 0; i < dispatches && r == CUDA_SUCCESS; ++i) {
+        update_params[0] = &dev_nodes[i];
+        memset(&np, 0, sizeof np);
+        np.func = (CUfunction)update_func;
+        np.gridDimX = np.gridDimY = np.gridDimZ = 1;
+        np.blockDimX = np.blockDimY = np.blockDimZ = 1;
+        np.kernelParams = update_params;
+        r = p_kernel_node_set_params(update_nodes[i], &np);
+    }
+    if (r == CUDA_SUCCESS)
+        r = p_graph_instantiate(&exec, graph, 0);
+    if (graph != NULL)
+        p_graph_destroy(graph);
+    if (r == CUDA_SUCCESS)
+        r = p_graph_upload(exec, s);
+    if (r != CUDA_SUCCESS) {
+        if (exec != NULL && p_graph_exec_destroy != NULL)
+            p_graph_exec_destroy(exec);
+        return (int)r;
+    }
     *graph_exec_out = (void *)exec;
     return 0;
 }

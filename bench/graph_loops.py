@@ -25,7 +25,11 @@ row launches, then synchronizes its stream), of:
 * **indirect dispatch** in a graph of 20 dispatches of an elementwise kernel
   (2**22 elements): the grid set on the GPU from three counts
   (device-updatable node), persistent blocks looping over the workgroups, and
-  a direct dispatch of the same grid;
+  a direct dispatch of the same grid; and the C twin of the GPU-driven graph
+  (``floor_indirect_graph``: pycudadrv's update kernel, the same dispatch
+  kernel and parameter bytes, the same device-updatable node and, as
+  pycudadrv builds them on sm_90+, the same programmatic edges: node after its
+  update kernel, update kernel after the previous node), also with full edges;
 * **convergence** (``examples/heat_convergence.py``): time to the answer of the
   device loop against the host loop that reads the residual every 10 steps.
 
@@ -33,10 +37,12 @@ Every ratio is a median of same-round ratios. JSON summary keys:
 ``pdl_graph_speedup`` (plain graph time / PDL graph time at N = 1,024),
 ``pdl_graph_over_c``, ``device_loop_over_c`` (worst over the loop variants
 and sizes), ``convergence_speedup``, ``indirect_device_over_direct``,
-``sequence_over_c``. Targets (H200): pycudadrv PDL graph and device loops
-within 1.03x of their C twins; PDL graph >= 1.25x the plain graph's steps/s
-at N = 1,024; convergence >= 1.3x; indirect within 1.05x of direct; sequence
-within 1.02x of C.
+``indirect_device_over_c_twin``, ``indirect_c_twin_over_direct`` (no target:
+the floor of the mechanism), ``sequence_over_c``. Targets (H200): pycudadrv PDL
+graph and device loops within 1.03x of their C twins; PDL graph >= 1.25x the
+plain graph's steps/s at N = 1,024; convergence >= 1.3x; indirect within 1.10x
+of direct, or (when the C twin itself is above that) within 1.03x of the C
+twin; sequence within 1.02x of C.
 
 Usage: ``python bench/graph_loops.py [--rounds 5] [--sizes 1024,16384,1048576]
 [--no-plot] [--results-dir DIR]``. Exits 2 when CUDA, a C compiler or a
@@ -84,8 +90,8 @@ GRAPH_STEPS = 100
 LOOP_STEPS = 1000
 SPI = (1, 10, 100)
 TARGETS = {"pdl_graph_speedup": (">=", 1.25), "pdl_graph_over_c": ("<=", 1.03), "device_loop_over_c": ("<=", 1.03),
-           "convergence_speedup": (">=", 1.3), "indirect_device_over_direct": ("<=", 1.05),
-           "sequence_over_c": ("<=", 1.02)}
+           "convergence_speedup": (">=", 1.3), "indirect_device_over_direct": ("<=", 1.10),
+           "indirect_device_over_c_twin": ("<=", 1.03), "sequence_over_c": ("<=", 1.02)}
 
 
 def timed(launch, sync, launches_per_run):
@@ -181,19 +187,27 @@ def sequence_rows(b, cd, mod, rounds):
 
 
 def indirect_rows(b, cd, mod, rounds, n=1 << 22, dispatches=20):
+    """The indirect-dispatch rows: pycudadrv's direct, GPU-driven (device-updated grid) and
+    persistent graphs, and the C twins of the GPU-driven one (the same update kernel, the same
+    dispatch kernel and parameter bytes, the same node mechanism, built with the driver API):
+    with the programmatic edges pycudadrv gives them on sm_90+ ("C twin"), and with full edges
+    ("C twin, full edges"; below sm_90 the twin)."""
     from pycudadrv.dispatch import Encoder, Pass
 
-    s = cd.Stream()
+    floor, s = b.floor, cd.Stream()
     f = mod.function("axpb_groups")
+    dev = cd.Device(0)
+    pdl = dev.compute_capability >= (9, 0)
     x = cd.Buffer.from_numpy(np.random.default_rng(1).standard_normal(n).astype(np.float32), stream=s)
-    outs = {m: cd.Buffer.zeros(n, np.float32, stream=s) for m in ("device", "persistent", "direct")}
+    outs = {m: cd.Buffer.zeros(n, np.float32, stream=s)
+            for m in ("device", "persistent", "direct", "c_twin", "c_full_edges")}
     groups = n // 256
     counts = cd.Buffer.from_numpy(np.array([groups, 1, 1], np.uint32), stream=s)
     graphs = {}
-    for mode, out in outs.items():
+    for mode in ("device", "persistent", "direct"):
         d = Pass(Encoder(stream=s), mode).dispatch(f, block=(256, 1, 1),
                                                    indirect_mode="persistent" if mode == "persistent" else "auto")
-        d.set_arg((0, 0), out).set_arg((0, 1), x)
+        d.set_arg((0, 0), outs[mode]).set_arg((0, 1), x)
         with s.capture() as g:
             for _ in range(dispatches):
                 if mode == "direct":
@@ -201,17 +215,41 @@ def indirect_rows(b, cd, mod, rounds, n=1 << 22, dispatches=20):
                 else:
                     d.dispatch(indirect=counts)
         graphs[mode] = g
+    upd = cd._loops.loop_kernel(dev, "pycudadrv_indirect_update")
+    max_x = dev.attribute("max_grid_dim_x")
+    c_exec, keep = {}, []
+    for mode, with_pdl in (("c_twin", pdl), ("c_full_edges", False)):
+        d = Pass(Encoder(stream=s), mode).dispatch(f, block=(256, 1, 1))
+        d.set_arg((0, 0), outs[mode]).set_arg((0, 1), x)
+        params = param_array_from_bytes(f.bind(1, 256, *d.arguments(counts), stream=s).param_bytes())
+        keep.append(params)
+        c_exec[mode] = floor.indirect_graph(upd.handle, f.handle, 256, params, counts.ptr, max_x, dispatches,
+                                            with_pdl, s.handle)
     sync = s.synchronize
+
+    def c_timed(ce):                # the replays issued by one C loop, then the same synchronize as every row
+        def run(k):
+            t0 = perf_counter_ns()
+            floor.graph_launch_loop(ce, s.handle, k)
+            sync()
+            return perf_counter_ns() - t0
+        return run
     for g in graphs.values():
         g.launch()
+    for ce in c_exec.values():
+        floor.graph_launch_loop(ce, s.handle, 1)
     sync()
-    ref = 2.0 * x.to_numpy(stream=s) + 1.0
-    same = {m: bool(np.array_equal(o.to_numpy(stream=s), ref.astype(np.float32))) for m, o in outs.items()}
+    ref = (2.0 * x.to_numpy(stream=s).astype(np.float64) + 1.0).astype(np.float32)
+    same = {m: bool(np.array_equal(o.to_numpy(stream=s), ref)) for m, o in outs.items()}
     res = run_interleaved(Row("direct", timed(graphs["direct"].launch, sync, 1), sync),
                           [Row("device-updated grid", timed(graphs["device"].launch, sync, 1), sync),
-                           Row("persistent blocks", timed(graphs["persistent"].launch, sync, 1), sync)],
+                           Row("persistent blocks", timed(graphs["persistent"].launch, sync, 1), sync),
+                           Row("C twin", c_timed(c_exec["c_twin"]), sync),
+                           Row("C twin, full edges", c_timed(c_exec["c_full_edges"]), sync)],
                           rounds=rounds, launches=5, warmup_rounds=1, label="indirect", log=lambda m: None)
-    return res, same, (graphs, outs, x, counts)
+    for ce in c_exec.values():
+        floor.graph_exec_destroy(ce)
+    return res, same, pdl, (graphs, outs, x, counts, keep)
 
 
 def convergence(rounds):
@@ -236,7 +274,8 @@ def main(argv=None):
     add_output_args(ap)
     args = ap.parse_args(argv)
     b = setup("graph_loops", "steps with the host out of the way",
-              check_built=lambda fl: None if fl.has_loops else "the C floor has no WHILE-loop twins")
+              check_built=lambda fl: None if fl.has_loops and fl.has_indirect else
+              "the C floor has no WHILE-loop or indirect-dispatch twins")
     if b is None:
         return 2
     cd = b.cd
@@ -279,11 +318,19 @@ def main(argv=None):
     sres, _ = sequence_rows(b, cd, mod, args.rounds)
     seq_ratio = per_round_ratio_floor(sres, "LaunchSequence")
     report["summary"]["sequence_over_c"] = statistics.median(seq_ratio)
-    ires, same, _ = indirect_rows(b, cd, mod, args.rounds)
+    ires, same, pdl_twin, _ = indirect_rows(b, cd, mod, args.rounds)
     dev_ratio = per_round_ratio_floor(ires, "device-updated grid")
     pers_ratio = per_round_ratio_floor(ires, "persistent blocks")
+    twin_ratio = per_round_ratio_floor(ires, "C twin")
+    full_ratio = per_round_ratio_floor(ires, "C twin, full edges")
+    dev_over_twin = per_round_ratio(ires, "device-updated grid", "C twin")
     report["summary"]["indirect_device_over_direct"] = statistics.median(dev_ratio)
+    report["summary"]["indirect_device_over_c_twin"] = statistics.median(dev_over_twin)
+    report["summary"]["indirect_c_twin_over_direct"] = statistics.median(twin_ratio)
     report["indirect"] = {"device_over_direct": summarize(dev_ratio), "persistent_over_direct": summarize(pers_ratio),
+                          "device_over_c_twin": summarize(dev_over_twin), "c_twin_over_direct": summarize(twin_ratio),
+                          "c_twin_full_edges_over_direct": summarize(full_ratio),
+                          "c_twin_programmatic_edge": pdl_twin,
                           "results_equal_reference": same,
                           "us_per_dispatch_direct": statistics.median(ires.floor_ns) / 5 / 20 / 1e3}
     conv, host, dev, steps = convergence(args.rounds)
@@ -292,15 +339,29 @@ def main(argv=None):
     report["sequence"] = {"over_c": summarize(seq_ratio)}
     print(f"\nlaunch sequence / C loop per launch: {report['summary']['sequence_over_c']:.3f}")
     print(f"indirect: device-updated / direct {statistics.median(dev_ratio):.3f}, persistent / direct "
-          f"{statistics.median(pers_ratio):.3f}; results equal the reference: {same}")
+          f"{statistics.median(pers_ratio):.3f}, C twin{' (PDL edge)' if pdl_twin else ''} / direct "
+          f"{statistics.median(twin_ratio):.3f}, C twin with full edges / direct {statistics.median(full_ratio):.3f}, "
+          f"device-updated / C twin {statistics.median(dev_over_twin):.3f}; results equal the reference: {same}")
     print(f"convergence: device loop {statistics.median(dev) * 1e3:.2f} ms vs host loop "
           f"{statistics.median(host) * 1e3:.2f} ms -> {report['summary']['convergence_speedup']:.2f}x "
           f"(steps {sorted(steps)})")
     missed = []
     print("\nsummary:")
     for k, v in report["summary"].items():
+        if k not in TARGETS:
+            print(f"  {k:<30} {v:8.3f}   (no target)")
+            continue
         op, t = TARGETS[k]
         ok = v >= t if op == ">=" else v <= t
+        if k == "indirect_device_over_direct" and not ok:
+            # issue 22: within 1.10x of direct, or within 1.03x of a C twin whose floor is higher
+            twin = report["summary"]["indirect_c_twin_over_direct"]
+            ok = twin > t and report["summary"]["indirect_device_over_c_twin"] <= TARGETS[
+                "indirect_device_over_c_twin"][1]
+            print(f"  {k:<30} {v:8.3f}   target {op} {t}, or the C twin's floor ({twin:.3f}) higher and "
+                  f"within 1.03x of it  {'PASS' if ok else 'MISS'}")
+            missed += [] if ok else [k]
+            continue
         missed += [] if ok else [k]
         print(f"  {k:<30} {v:8.3f}   target {op} {t}  {'PASS' if ok else 'MISS'}")
     data = {**b.report_header(), **report}

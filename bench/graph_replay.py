@@ -94,8 +94,11 @@ import numpy as np  # noqa: E402
 
 # KERNEL_*, GRID, BLOCK, N_ELEMS: the kernel of launch_overhead.py (same source, name and configuration).
 from _cfloor import BenchSetupError, PeerSkipped, kernel_params  # noqa: E402
-from _harness import BLOCK, GRID, KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, cupy_bench_kernel, launch_hook, loop_call0, median_or_nan, run_interleaved, setup, setup_peers, summarize, sync_all_streams  # noqa: E402
-from _report import add_output_args, log, new_parser, print_skipped, pyplot, save_figure, write_report  # noqa: E402
+from _harness import (BLOCK, GRID, KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, batched, cupy_bench_kernel,  # noqa: E402
+                      launch_hook, loop_call0, loop_replay_sync, ratio_median, run_interleaved, setup, setup_peers,
+                      summarize, sync_all_streams)
+from _report import (add_output_args, check_common_args, common_args, drift_note, log, new_parser,  # noqa: E402
+                     print_ratio_table, print_skipped, print_table, pyplot, ratio_panel, save_figure, write_report)
 
 # Table 1: 1,000-kernel graph replay.
 REPLAY_C = "C: C-built graph, cuGraphLaunch loop + sync"
@@ -119,18 +122,6 @@ CHECK_REL_ERROR = 1e-5
 
 # --------------------------------------------------------------------------- timed loops
 
-def loop_replay_sync(launch, sync):
-    """n x launch(), then sync(); both inside the timing (GPU-bound rows)."""
-    def run(n):
-        it = repeat(None, n)
-        t0 = perf_counter_ns()
-        for _ in it:
-            launch()
-        sync()
-        return perf_counter_ns() - t0
-    return run
-
-
 def loop_call_stream(f, stream):
     """n x f(stream=stream); the launches only."""
     def run(n):
@@ -139,23 +130,6 @@ def loop_call_stream(f, stream):
         for _ in it:
             f(stream=stream)
         return perf_counter_ns() - t0
-    return run
-
-
-def batched(run_batch, sync, batch):
-    """run(n): ``run_batch`` over batches of ``batch`` launches (all n when
-    batch <= 0), ``sync()`` between batches outside the timing; returns the
-    summed timed nanoseconds. The last batch is drained by the caller."""
-    def run(n):
-        step = batch if batch > 0 else n
-        total = done = 0
-        while done < n:
-            k = min(step, n - done)
-            total += run_batch(k)
-            done += k
-            if done < n:
-                sync()
-        return total
     return run
 
 
@@ -262,63 +236,14 @@ def peer_cupy(kernels):
 
 # --------------------------------------------------------------------------- reporting
 
-def table_report(res, floor_name, per_run, target=None, target_row=None):
-    """Per-unit microseconds (unit = ns / per_run) and ratios to the round's
-    floor for every row of ``res``; PASS/FAIL of ``target_row`` against
-    ``target`` (median ratio at most the target)."""
-    def us(values):
-        return [v / per_run / 1e3 for v in values]
-
-    fl = us(res.floor_ns)
-    drift = [b / a for a, b in zip(res.floor_first_ns, res.floor_last_ns)]
-    rep = {
-        "floor": {
-            "name": floor_name,
-            "first_ns": res.floor_first_ns,
-            "last_ns": res.floor_last_ns,
-            "us": fl,
-            "us_summary": summarize(fl),
-            "drain_us": [d / 1e3 for d in res.drain_ns.get(floor_name, [])],
-            "drift_last_over_first": drift,
-            "drift_summary": summarize(drift),
-        },
-        "rows": {},
-    }
-    for name in res.rows:
-        v = us(res.rows[name])
-        ratios = res.ratios(name)
-        r = {
-            "per_round_ns": res.rows[name],
-            "us": v,
-            "us_summary": summarize(v),
-            "ratio_to_floor": ratios,
-            "ratio_summary": summarize(ratios),
-            "drain_us": [d / 1e3 for d in res.drain_ns.get(name, [])],
-        }
-        if name == target_row and target is not None:
-            r["target"] = target
-            r["pass"] = bool(ratios) and r["ratio_summary"]["median"] <= target
-        rep["rows"][name] = r
-    rep["dropped"] = dict(res.dropped)
-    return rep
-
-
 def heat_report(res, steps, graph_name):
     """Steps per second of every way per round; speedup = eager time / way
     time in the same round (eager = the mean of its two runs)."""
-    eager_sps = [steps * 1e9 / t for t in res.floor_ns]
-    rep = {"steps_per_measurement": steps, "ways": {
-        HEAT_EAGER: {"steps_per_s": eager_sps, "steps_per_s_summary": summarize(eager_sps),
-                     "us_per_step_summary": summarize([1e6 / x for x in eager_sps]),
-                     "first_ns": res.floor_first_ns, "last_ns": res.floor_last_ns},
-    }}
+    rep = {"steps_per_measurement": steps, "ways": {HEAT_EAGER: res.rate_report(HEAT_EAGER, steps)}}
     for name in res.rows:
-        sps = [steps * 1e9 / t for t in res.rows[name]]
-        speed = [f / t for f, t in zip(res.floor_ns, res.rows[name])]
-        rep["ways"][name] = {"per_round_ns": res.rows[name], "steps_per_s": sps,
-                             "steps_per_s_summary": summarize(sps),
-                             "us_per_step_summary": summarize([1e6 / x for x in sps]),
-                             "speedup_vs_eager": speed, "speedup_summary": summarize(speed)}
+        speed = [1 / r for r in res.ratios(name)]
+        rep["ways"][name] = {**res.rate_report(name, steps), "speedup_vs_eager": speed,
+                             "speedup_summary": summarize(speed)}
     g = rep["ways"].get(graph_name)
     rep["target_graph_over_eager"] = TARGET_HEAT
     rep["pass"] = bool(g) and g["speedup_summary"]["median"] >= TARGET_HEAT
@@ -326,103 +251,29 @@ def heat_report(res, steps, graph_name):
     return rep
 
 
-def _verdict(row, sign="<="):
-    if "target" not in row:
-        return ""
-    return f"{sign + ' %.2f' % row['target']:>9}  {'PASS' if row['pass'] else 'FAIL'}"
-
-
-def print_replay_table(rep, kernels, replays):
-    fl = rep["floor"]
-    names = list(rep["rows"])
-    w = max(len(n) for n in [fl["name"], *names]) + 2
-    print(f"\n--- {kernels:,}-kernel graph replay: {replays} replays + synchronize per row per round ---")
-    print(f"{'row':<{w}}{'us/kernel':>10}{'us/replay':>11}{'x C':>9}{'min':>9}{'max':>9}{'target':>9}  result")
-    print("-" * (w + 69))
-    m = fl["us_summary"]["median"]
-    print(f"{fl['name']:<{w}}{m:>10.4f}{m * kernels:>11.1f}{1.0:>9.3f}")
-    for n in names:
-        r = rep["rows"][n]
-        m, rt = r["us_summary"]["median"], r["ratio_summary"]
-        print(f"{n:<{w}}{m:>10.4f}{m * kernels:>11.1f} {rt['median']:>8.3f} {rt['min']:>8.3f} {rt['max']:>8.3f}"
-              f"{_verdict(r)}")
-    d = fl["drift_summary"]
-    print(f"(C floor drift within a round, last/first: median {d['median']:.3f}, range {d['min']:.3f}..{d['max']:.3f})")
-
-
-def print_host_table(rep, launches, batch):
-    fl = rep["floor"]
-    names = list(rep["rows"])
-    w = max(len(n) for n in [fl["name"], *names]) + 2
-    how = f"batches of {batch}" if batch > 0 else "one batch"
-    print(f"\n--- 1-kernel graph, host cost per launch: {launches:,} launches per row per round ({how}) ---")
-    print(f"{'row':<{w}}{'us/launch':>10}{'x C':>9}{'min':>9}{'max':>9}{'drain us':>10}{'target':>9}  result")
-    print("-" * (w + 65))
-    print(f"{fl['name']:<{w}}{fl['us_summary']['median']:>10.3f}{1.0:>9.3f}{'':>18}"
-          f"{median_or_nan(fl['drain_us']):>10.1f}")
-    for n in names:
-        r = rep["rows"][n]
-        rt = r["ratio_summary"]
-        print(f"{n:<{w}}{r['us_summary']['median']:>10.3f} {rt['median']:>8.3f} {rt['min']:>8.3f} {rt['max']:>8.3f}"
-              f"{median_or_nan(r['drain_us']):>10.1f}{_verdict(r)}")
-    d = fl["drift_summary"]
-    print(f"(C floor drift within a round, last/first: median {d['median']:.3f}, range {d['min']:.3f}..{d['max']:.3f};"
-          f" drain us: the last batch's synchronize, untimed -- large values mean the GPU set the pace)")
-
-
 def print_heat_table(rep, n, graph_name):
-    ways = rep["ways"]
-    w = max(len(k) for k in ways) + 2
-    print(f"\n--- heat diffusion {n}x{n}: {rep['steps_per_measurement']:,} steps per way per round, "
-          f"synchronize included ---")
-    print(f"{'way':<{w}}{'steps/s':>12}{'us/step':>9}{'x eager':>9}{'min':>9}{'max':>9}{'target':>9}  result")
-    print("-" * (w + 68))
-    for k, v in ways.items():
+    rows = []
+    for k, v in rep["ways"].items():
         sps = v["steps_per_s_summary"]["median"]
         if k == HEAT_EAGER:
-            print(f"{k:<{w}}{sps:>12,.0f}{1e6 / sps:>9.3f}{1.0:>9.3f}")
+            rows.append((k, sps, 1e6 / sps, 1.0))
             continue
         sp = v["speedup_summary"]
-        tail = ""
-        if k == graph_name:
-            tail = f"{'>= %.2f' % TARGET_HEAT:>9}  {'PASS' if rep['pass'] else 'FAIL'}"
-        print(f"{k:<{w}}{sps:>12,.0f}{1e6 / sps:>9.3f} {sp['median']:>8.3f} {sp['min']:>8.3f} {sp['max']:>8.3f}{tail}")
+        tail = (f">= {TARGET_HEAT:.2f}", "PASS" if rep["pass"] else "FAIL") if k == graph_name else ()
+        rows.append((k, sps, 1e6 / sps, sp["median"], sp["min"], sp["max"], *tail))
+    print_table([("steps/s", 12, ",.0f"), ("us/step", 9, ".3f"), ("x eager", 9, ".3f"), ("min", 9, ".3f"),
+                 ("max", 9, ".3f"), ("target", 9, ""), ("result", 8, "<")], rows, first="way",
+                heading=f"--- heat diffusion {n}x{n}: {rep['steps_per_measurement']:,} steps per way per round, "
+                        "synchronize included ---")
 
 
 def plot(path, replay, host, heat, graph_name, title):
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
-
-    def ratio_panel(ax, rep, unit, target_row, target, subtitle, fmt):
-        fl = rep["floor"]
-        names = [fl["name"], *rep["rows"]]
-        summ = [None] + [rep["rows"][n]["ratio_summary"] for n in rep["rows"]]
-        med = [1.0] + [r["median"] for r in summ[1:]]
-        lo = [0.0] + [r["median"] - r["p25"] for r in summ[1:]]
-        hi = [0.0] + [r["p75"] - r["median"] for r in summ[1:]]
-        colors = ["0.5"] + ["tab:blue" if n.startswith("pycudadrv") else "tab:orange" for n in rep["rows"]]
-        y = list(range(len(names)))
-        ax.barh(y, med, xerr=[lo, hi], color=colors, capsize=3)
-        ax.set_yticks(y)
-        ax.set_yticklabels(names, fontsize=7)
-        ax.invert_yaxis()
-        ax.axvline(1.0, color="k", lw=0.8)
-        right = max([m + h for m, h in zip(med, hi)] + [target])
-        for i, n in enumerate(names):
-            src = fl if i == 0 else rep["rows"][n]
-            u = src["us_summary"]["median"]
-            ax.text(med[i] + hi[i] + 0.015 * right, i, f"{med[i]:.3f}x  ({fmt % u} {unit})", va="center",
-                    fontsize=7)
-            if n == target_row:
-                ax.plot([target] * 2, [i - 0.42, i + 0.42], color="red", ls="--", lw=1.2)
-        ax.set_xlim(0, right * 1.45)
-        ax.set_xlabel("time / C floor of the same round (median; whiskers p25..p75)", fontsize=8)
-        ax.set_title(subtitle, fontsize=9)
-
-    ratio_panel(axes[0], replay, "us/kernel", REPLAY_PY, TARGET_REPLAY,
-                "replay of a 1,000-kernel graph, per kernel (red: target)", "%.3f")
-    ratio_panel(axes[1], host, "us/launch", HOST_PY, TARGET_HOST,
-                "1-kernel graph launch, host cost (red: target)", "%.2f")
+    ratio_panel(axes[0], replay, key="us", unit="us/kernel", fmt="%.3f", room=1.45,
+                title="replay of a 1,000-kernel graph, per kernel (red: target)")
+    ratio_panel(axes[1], host, key="us", unit="us/launch", room=1.45,
+                title="1-kernel graph launch, host cost (red: target)")
 
     ax = axes[2]
     ways = list(heat["ways"])
@@ -448,13 +299,10 @@ def plot(path, replay, host, heat, graph_name, title):
 
 def parse_args(argv=None):
     ap = new_parser(__doc__)
-    ap.add_argument("--rounds", type=int, default=15, help="counted rounds of every table (default 15)")
-    ap.add_argument("--warmup-rounds", type=int, default=1, help="uncounted rounds first (default 1)")
+    common_args(ap, rounds=15, launches=20_000, peers="CuPy")
     ap.add_argument("--kernels", type=int, default=1000, help="kernels in the replayed graph (default 1000)")
     ap.add_argument("--replays", type=int, default=200,
                     help="replays of that graph per row per round (default 200)")
-    ap.add_argument("--launches", type=int, default=20_000,
-                    help="1-kernel graph launches per row per round (default 20000)")
     ap.add_argument("--batch", type=int, default=200,
                     help="launches per timed batch of the 1-kernel table, stream synchronised between batches "
                          "outside the timing; 0: one batch (default 200)")
@@ -463,13 +311,12 @@ def parse_args(argv=None):
     ap.add_argument("--graph-steps", type=int, default=100, help="steps captured in the heat graph (default 100)")
     ap.add_argument("--check-steps", type=int, default=2000,
                     help="steps of the heat correctness check (default 2000)")
-    ap.add_argument("--no-peers", action="store_true", help="skip CuPy")
-    ap.add_argument("--no-rotate", action="store_true", help="same row order every round")
     add_output_args(ap)
-    args = ap.parse_args(argv)
-    if min(args.rounds, args.kernels, args.replays, args.launches, args.heat_n, args.heat_steps,
-           args.graph_steps, args.check_steps) < 1 or args.warmup_rounds < 0 or args.batch < 0:
-        ap.error("counts must be >= 1 (--warmup-rounds and --batch >= 0)")
+    args = check_common_args(ap, ap.parse_args(argv))
+    if min(args.kernels, args.replays, args.heat_n, args.heat_steps, args.graph_steps, args.check_steps) < 1 \
+            or args.batch < 0:
+        ap.error("counts must be >= 1 (--batch >= 0)")
+
     if args.heat_n < 3:
         ap.error("--heat-n must be >= 3")
     if args.graph_steps % 2:
@@ -563,7 +410,7 @@ def main(argv=None) -> int:
     log(f"replay table: {len(replay_rows) + 1} rows, {R} replays of a {K}-kernel graph per row per round")
     res1 = run_interleaved(Row(REPLAY_C, c_replay, s.synchronize), replay_rows, launches=R, label="replay",
                            **common)
-    replay_rep = table_report(res1, REPLAY_C, R * K, TARGET_REPLAY, REPLAY_PY)
+    replay_rep = res1.table_report(per=R * K, key="us")
     replay_rep.update({"kernels": K, "replays_per_round": R, "c_graph_nodes": c_big_nodes,
                        "pycudadrv_graph_nodes": g_big.num_nodes, "unit": "us per kernel"})
 
@@ -572,7 +419,7 @@ def main(argv=None) -> int:
     log(f"host-cost table: {len(host_rows) + 1} rows, {args.launches:,} launches per row per round")
     res2 = run_interleaved(Row(HOST_C, c_host, s.synchronize), host_rows, launches=args.launches,
                            label="1-kernel", **common)
-    host_rep = table_report(res2, HOST_C, args.launches, TARGET_HOST, HOST_PY)
+    host_rep = res2.table_report(key="us")
     host_rep.update({"launches_per_round": args.launches, "batch": args.batch, "unit": "us per launch"})
 
     # 3. heat stencil three ways.
@@ -647,8 +494,16 @@ def main(argv=None) -> int:
 
     # Report.
     print(f"\n=== graph replay: {title} ===")
-    print_replay_table(replay_rep, K, R)
-    print_host_table(host_rep, args.launches, args.batch)
+    print_ratio_table(replay_rep, key="us", unit="us/kernel", fmt=".4f", ratio="x C", drain=False,
+                      extra=[("us/replay", 11, ".1f", lambda r: r["us_summary"]["median"] * K)],
+                      heading=f"--- {K:,}-kernel graph replay: {R} replays + synchronize per row per round ---",
+                      note=drift_note(replay_rep["floor"], "C floor"))
+    how = f"batches of {args.batch}" if args.batch > 0 else "one batch"
+    print_ratio_table(host_rep, key="us", ratio="x C",
+                      heading=f"--- 1-kernel graph, host cost per launch: {args.launches:,} launches per row per "
+                              f"round ({how}) ---",
+                      note=drift_note(host_rep["floor"], "C floor", "; drain us: the last batch's synchronize, "
+                                      "untimed -- large values mean the GPU set the pace"))
     print_heat_table(heat_rep, n, graph_name)
     print_skipped(peers, *(rep["dropped"] for rep in (replay_rep, host_rep, heat_rep)))
     print(f"\nheat check ({cs} steps from the same grid): eager, prepared and graph bit-identical: "
@@ -663,11 +518,8 @@ def main(argv=None) -> int:
     passed = all(targets.values())
     print("targets: " + "; ".join(f"{k_}: {'PASS' if v else 'FAIL'}" for k_, v in targets.items()))
 
-    def med(r):
-        return r["ratio_summary"]["median"] if r.get("ratio_summary", {}).get("n") else None
-
-    summary = {"replay_per_kernel_over_c": med(replay_rep["rows"][REPLAY_PY]),
-               "graph_launch_over_c": med(host_rep["rows"][HOST_PY]),
+    summary = {"replay_per_kernel_over_c": ratio_median(replay_rep["rows"], REPLAY_PY),
+               "graph_launch_over_c": ratio_median(host_rep["rows"], HOST_PY),
                "heat_graph_over_eager": (heat_rep["ways"][graph_name]["speedup_summary"]["median"]
                                          if graph_name in heat_rep["ways"] else None)}
     data = {

@@ -329,38 +329,6 @@ def check_c_floor(floor, fn, stream, pdev, cd):
 
 # --------------------------------------------------------------------------- reporting
 
-def row_report(res, name, target=None):
-    per_launch = res.per_launch_us(res.rows[name])
-    ratios = res.ratios(name)
-    rep = {
-        "per_round_ns": res.rows[name],
-        "per_launch_us": per_launch,
-        "ratio_to_floor": ratios,
-        "drain_us": [d / 1e3 for d in res.drain_ns.get(name, [])],
-        "per_launch_us_summary": summarize(per_launch),
-        "ratio_summary": summarize(ratios),
-    }
-    if target is not None:
-        rep["target"] = target
-        rep["pass"] = bool(ratios) and rep["ratio_summary"]["median"] <= target
-    return rep
-
-
-def floor_report(res, name):
-    per_launch = res.per_launch_us(res.floor_ns)
-    drift = [b / a for a, b in zip(res.floor_first_ns, res.floor_last_ns)]
-    return {
-        "name": name,
-        "first_ns": res.floor_first_ns,
-        "last_ns": res.floor_last_ns,
-        "per_launch_us": per_launch,
-        "drain_us": [d / 1e3 for d in res.drain_ns.get(name, [])],
-        "per_launch_us_summary": summarize(per_launch),
-        "drift_last_over_first": drift,
-        "drift_summary": summarize(drift),
-    }
-
-
 def print_main_table(main, order):
     fl = main["floor"]
     w = max(len(n) for n in [FLOOR, *order]) + 2
@@ -533,8 +501,8 @@ def main(argv=None) -> int:
                           warmup_rounds=args.warmup_rounds, rotate=not args.no_rotate, sync_all=sync_all,
                           label="main", log=log)
     order = [r.name for r in rows if r.name in res.rows]
-    main_rep = {"floor": floor_report(res, FLOOR),
-                "rows": {n: row_report(res, n, TARGETS.get(n)) for n in order}}
+    main_rep = {"floor": res.floor_report(FLOOR),
+                "rows": {n: res.row_report(n, TARGETS.get(n)) for n in order}}
 
     # Parameter-count table: prepared (and generic) against C with the same counts.
     params_rep = {}
@@ -558,8 +526,8 @@ def main(argv=None) -> int:
                                    launches=args.launches, warmup_rounds=args.warmup_rounds,
                                    rotate=not args.no_rotate, sync_all=sync_all, label=f"{count} params",
                                    log=lambda m: None)
-            params_rep[count] = {"floor": floor_report(pres, FLOOR),
-                                 "rows": {n: row_report(pres, n) for n in (PREPARED, GENERIC, CALL_FLOOR)
+            params_rep[count] = {"floor": pres.floor_report(FLOOR),
+                                 "rows": {n: pres.row_report(n) for n in (PREPARED, GENERIC, CALL_FLOOR)
                                           if n in pres.rows},
                                  "param_bytes": 8 + 4 * (count - 1)}
             log(f"  {count} params: C {params_rep[count]['floor']['per_launch_us_summary']['median']:.3f} us, "

@@ -58,8 +58,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _cfloor/_harness
 import numpy as np  # noqa: E402
 
 from _cfloor import BENCH_DIR, BenchSetupError, _compiler_version, compile_shared, kernel_params, shown_command  # noqa: E402
-from _harness import KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, loop_call0, run_interleaved, setup, summarize  # noqa: E402
-from _report import add_output_args, log, new_parser, pyplot, save_figure, write_json, write_report  # noqa: E402
+from _harness import (KERNEL_NAME, KERNEL_SRC, N_ELEMS, Row, batched, loop_call0, run_interleaved, setup,  # noqa: E402
+                      summarize)
+from _report import (add_output_args, bar_panel, check_common_args, common_args, log, new_parser,  # noqa: E402
+                     print_ratio_table, pyplot, row_color, save_figure, write_json, write_report)
 
 SIZES = (256, 512, 1024, 2048, 4096, 8192)
 DTYPES = ("float32", "float16", "bfloat16")
@@ -400,21 +402,12 @@ def host_cost(cd, cudnn, torch, floor, pdev, args):
     g.upload()
     s.synchronize()
 
-    def batched(run_batch):
-        def run(count):
-            total = done = 0
-            while done < count:
-                step = min(args.batch if args.batch > 0 else count, count - done)
-                total += run_batch(step)
-                done += step
-                if done < count:
-                    s.synchronize()
-            return total
-        return run
+    def in_batches(run_batch):
+        return batched(run_batch, s.synchronize, args.batch)
 
     def c_floor(count):
         pdev.set_current()       # untimed: the C loop times itself
-        return batched(lambda c: floor.launch_loop(fn.handle, s.handle, c_params, c))(count)
+        return in_batches(lambda c: floor.launch_loop(fn.handle, s.handle, c_params, c))(count)
 
     def plan_loop(count):
         it = repeat(None, count)
@@ -423,8 +416,8 @@ def host_cost(cd, cudnn, torch, floor, pdev, args):
             plan(a, b, out, stream=s)
         return perf_counter_ns() - t0
 
-    rows = [Row(PLAN_ROW, batched(plan_loop), s.synchronize, target=TARGET_HOST_RATIO),
-            Row(GRAPH_ROW, batched(loop_call0(g.launch)), s.synchronize)]
+    rows = [Row(PLAN_ROW, in_batches(plan_loop), s.synchronize),
+            Row(GRAPH_ROW, in_batches(loop_call0(g.launch)), s.synchronize)]
     cudnn_c = {"status": "skipped"}
     try:
         cfl = build_cudnn_floor(cudnn.library_path())
@@ -437,7 +430,7 @@ def host_cost(cd, cudnn, torch, floor, pdev, args):
 
         def cudnn_floor(count):
             pdev.set_current()   # untimed, as for the other floor
-            return batched(lambda c: cfl.execute_loop(h, ep, pack, c))(count)
+            return in_batches(lambda c: cfl.execute_loop(h, ep, pack, c))(count)
         rows.append(Row(CUDNN_FLOOR, cudnn_floor, s.synchronize, essential=False, keep=cfl))
         cudnn_c = {"status": "ok", "compile": cfl.compile_cmd, "compiler": cfl.compiler_version,
                    "header": cfl.header_check}
@@ -458,25 +451,25 @@ def host_cost(cd, cudnn, torch, floor, pdev, args):
                 for _ in it:
                     matmul(ta, tb, out=tc)
                 return perf_counter_ns() - t0
-        rows.append(Row(TORCH_ROW, batched(torch_loop), s.synchronize, essential=False, keep=(ta, tb, tc, ext)))
+        rows.append(Row(TORCH_ROW, in_batches(torch_loop), s.synchronize, essential=False, keep=(ta, tb, tc, ext)))
         peer = {"status": "ok"}
     res = run_interleaved(Row(FLOOR, c_floor, s.synchronize), rows, rounds=args.host_rounds,
                           launches=args.launches, warmup_rounds=1, sync_all=s.synchronize, label="host",
                           log=lambda msg: None)
-    rep = {"shape": HOST_SHAPE, "dtype": "float16", "launches_per_round": args.launches, "batch": args.batch,
-           "floor": {"per_launch_us": res.per_launch_us(res.floor_ns),
-                     "per_launch_us_summary": summarize(res.per_launch_us(res.floor_ns))},
-           "rows": {}, "torch": peer, "cudnn_c_floor": cudnn_c, "dropped_rows": dict(res.dropped),
-           "engine": plan.engine}
-    for name in res.rows:
-        us = res.per_launch_us(res.rows[name])
-        rep["rows"][name] = {"per_launch_us": us, "per_launch_us_summary": summarize(us),
-                             "ratio_to_floor": res.ratios(name), "ratio_summary": summarize(res.ratios(name))}
+    g.close()
+    return {"shape": HOST_SHAPE, "dtype": "float16", "launches_per_round": args.launches, "batch": args.batch,
+            **host_report(res), "torch": peer, "cudnn_c_floor": cudnn_c, "engine": plan.engine}
+
+
+def host_report(res):
+    """The floor and rows of the host-cost table (Interleaved.floor_report / row_report), the rows
+    dropped, and plan()'s same-round ratio to cuDNN's own C floor where that ran."""
+    rep = {"floor": res.floor_report(), "rows": {name: res.row_report(name) for name in res.rows},
+           "dropped_rows": dict(res.dropped)}
     if CUDNN_FLOOR in res.rows:
-        over = [p / c for p, c in zip(res.rows[PLAN_ROW], res.rows[CUDNN_FLOOR])]
+        over = res.ratios_between(PLAN_ROW, CUDNN_FLOOR)
         rep["rows"][PLAN_ROW]["ratio_to_cudnn_floor"] = over
         rep["rows"][PLAN_ROW]["ratio_to_cudnn_floor_summary"] = summarize(over)
-    g.close()
     return rep
 
 
@@ -559,15 +552,11 @@ def print_tables(results, host, summary):
         print("invalid rows (left out of the summary's time ratios):")
         for line in bad:
             print(f"  {line}")
-    print()
-    fl = host["floor"]["per_launch_us_summary"]["median"]
-    print(f"host cost of one execution ({'x'.join(map(str, HOST_SHAPE))} float16), median over rounds:")
-    print(f"  {FLOOR:<48}{fl:>8.3f} us   1.000x")
-    for name, r in host["rows"].items():
-        extra = (f"   ({r['ratio_to_cudnn_floor_summary']['median']:.3f}x cuDNN's floor)"
-                 if "ratio_to_cudnn_floor_summary" in r else "")
-        print(f"  {name:<48}{r['per_launch_us_summary']['median']:>8.3f} us   "
-              f"{r['ratio_summary']['median']:.3f}x{extra}")
+    print_ratio_table(host, drain=False, unit="us/call",
+                      extra=[("x cuDNN C", 11, ".3f",
+                              lambda r: r.get("ratio_to_cudnn_floor_summary", {}).get("median"))],
+                      heading=f"host cost of one execution ({'x'.join(map(str, HOST_SHAPE))} float16), "
+                              "median over rounds (x cuDNN C: plan() over cuDNN's own C floor):")
     print()
     w, h = summary["worst_time_vs_torch_ge2048"], summary["host_us_per_execute_over_c"]
     print(f"worst pycudadrv/torch time at n >= 2048 (valid rows): {w if w is None else round(w, 3)} (target <= "
@@ -600,13 +589,11 @@ def plot(path, results, host, title):
     names = [FLOOR, *host["rows"]]
     vals = [host["floor"]["per_launch_us_summary"]["median"]] + \
         [host["rows"][n]["per_launch_us_summary"]["median"] for n in host["rows"]]
-    ax2.barh(range(len(names)), vals, color=["0.5" if "C floor" in nm else "tab:blue" for nm in names])
-    ax2.set_yticks(range(len(names)))
-    ax2.set_yticklabels(names, fontsize=7)
-    ax2.invert_yaxis()
+    bar_panel(ax2, names, vals, colors=[row_color(nm, "C floor" in nm) for nm in names],
+              labels=[f"{v:.2f} us" for v in vals], room=1.3, title="host cost of one execution",
+              xlabel="host us per call (red: 2x the cuLaunchKernel floor)")
     ax2.axvline(vals[0] * TARGET_HOST_RATIO, color="red", ls="--", lw=1.2)
-    ax2.set_xlabel("host us per call (red: 2x the cuLaunchKernel floor)")
-    ax2.set_title("host cost of one execution", fontsize=10)
+    ax2.set_xlim(0, max(vals + [vals[0] * TARGET_HOST_RATIO]) * 1.3)
     save_figure(fig, path, title)
 
 
@@ -616,20 +603,19 @@ def parse_args(argv=None):
     ap = new_parser(__doc__)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="square sizes n (default 256..8192)")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="default float32,float16,bfloat16")
-    ap.add_argument("--rounds", type=int, default=5, help="throughput rounds per size (default 5)")
+    common_args(ap, rounds=5, launches=10_000, warmup=False, rotate=False)   # --launches: host-cost executions
     ap.add_argument("--target-ms", type=float, default=10.0, help="GPU ms per timing (default 10)")
     ap.add_argument("--no-autotune", action="store_true", help="skip the autotuned plans (sizes >= 2048)")
     ap.add_argument("--no-tf32", action="store_true", help="skip the float32+TF32 rows")
     ap.add_argument("--host-rounds", type=int, default=15, help="host-cost rounds (default 15)")
-    ap.add_argument("--launches", type=int, default=10_000, help="executions per host row per round")
     ap.add_argument("--batch", type=int, default=500, help="executions per timed batch (0: all at once)")
     ap.add_argument("--float32-child", metavar="PATH", help=argparse.SUPPRESS)   # internal: the float32 rows
     add_output_args(ap)
-    args = ap.parse_args(argv)
+    args = check_common_args(ap, ap.parse_args(argv))
     args.sizes = [int(x) for x in args.sizes.split(",") if x.strip()]
     args.dtypes = [x.strip() for x in args.dtypes.split(",") if x.strip()]
-    if any(d not in DTYPES for d in args.dtypes) or args.rounds < 1 or not args.sizes:
-        ap.error(f"--dtypes from {DTYPES}, --rounds >= 1, at least one size")
+    if any(d not in DTYPES for d in args.dtypes) or not args.sizes or args.host_rounds < 1:
+        ap.error(f"--dtypes from {DTYPES}, --host-rounds >= 1, at least one size")
     return args
 
 

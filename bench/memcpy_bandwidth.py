@@ -64,10 +64,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _report import add_output_args, environment, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
+from _report import (add_output_args, check_common_args, common_args, log, median_or_nan, new_parser,  # noqa: E402
+                     pyplot, report_header, save_figure, write_report)
 
 try:
-    from _harness import median_or_nan, summarize  # noqa: E402  (the harness imports pycudadrv)
+    from _harness import cuda_missing, summarize  # noqa: E402  (the harness imports pycudadrv)
 except ImportError as _e:
     print(f"memcpy_bandwidth: pycudadrv is not importable (install it, or build it in place with "
           f"`python -m pip install -e .`): {_e}", file=sys.stderr)
@@ -318,14 +319,14 @@ def plot(path: Path, sizes: list[int], med: dict, ratio_med: dict, peak: float, 
 
 def main(argv=None) -> int:
     ap = new_parser(__doc__)
-    ap.add_argument("--rounds", type=int, default=7, help="counted rounds (default 7; one warm-up round more)")
+    common_args(ap, rounds=7, warmup=False, rotate=False)     # one warm-up round, always
     ap.add_argument("--min-size", type=int, default=4 << 10, help="smallest copy in bytes (default 4 KiB)")
     ap.add_argument("--max-size", type=int, default=1 << 30, help="largest copy in bytes (default 1 GiB)")
     ap.add_argument("--batch-mib", type=int, default=256,
                     help="bytes per host<->device batch in MiB (default 256; D2D batches 8x that)")
     ap.add_argument("--no-cupy", action="store_true", help="leave CuPy out")
     add_output_args(ap)
-    args = ap.parse_args(argv)
+    args = check_common_args(ap, ap.parse_args(argv))
     if args.min_size < 16 or args.min_size % 16 or args.max_size < args.min_size:
         ap.error("--min-size must be a multiple of 16 bytes and at most --max-size")
 
@@ -335,12 +336,9 @@ def main(argv=None) -> int:
         print(f"memcpy_bandwidth: pycudadrv is not importable (install it, or build it in place with "
               f"`python -m pip install -e .`): {e}", file=sys.stderr)
         return 2
-    try:
-        cd.require()
-        if cd.device_count() == 0:
-            raise cd.CudaUnavailableError("the driver reports no device")
-    except cd.CudaUnavailableError as e:
-        print(f"memcpy_bandwidth: CUDA is not available, nothing to measure ({e})", file=sys.stderr)
+    why = cuda_missing(cd)
+    if why is not None:
+        print(f"memcpy_bandwidth: {why}", file=sys.stderr)
         return 2
     try:
         fn = cd.compile(COPY_KERNEL).load().function("copy16")
@@ -407,18 +405,8 @@ def main(argv=None) -> int:
     passed = not problems and all(t["passed"] is not False for t in targets.values())
 
     pdev = st.dev
-    try:
-        nvrtc = ".".join(map(str, cd.nvrtc_version()))
-    except Exception:  # noqa: BLE001
-        nvrtc = None
     data = {
-        "benchmark": "memcpy_bandwidth",
-        **environment(),
-        "device": {"name": pdev.name, "ordinal": pdev.ordinal, "compute_capability": list(pdev.compute_capability),
-                   "arch": pdev.arch},
-        "driver_version": f"{dv[0]}.{dv[1]}",
-        "pycudadrv_version": cd.__version__,
-        "nvrtc_version": nvrtc,
+        **report_header("memcpy_bandwidth", cd, pdev),
         "cupy": cupy_status,
         "summary": summary,
         "targets": targets,

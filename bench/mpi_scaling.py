@@ -46,8 +46,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # for _harness, _report, wherever we are run from
 
-from _harness import median_or_nan  # noqa: E402
-from _report import add_output_args, environment, log, new_parser, pyplot, save_figure, write_report  # noqa: E402
+from _harness import cuda_missing  # noqa: E402
+from _report import (add_output_args, check_common_args, common_args, log, median_or_nan, new_parser,  # noqa: E402
+                     pyplot, report_header, save_figure, write_report)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "heat_mpi.py"
@@ -63,12 +64,9 @@ def _rel(p: Path) -> str:
 
 
 def _missing(cd, mpi) -> str | None:
-    if not cd.is_available():
-        try:
-            cd.require()
-            return "CUDA is not available (is_available() is False)"
-        except Exception as e:  # noqa: BLE001 -- the reason, for the message
-            return f"CUDA is not available, nothing to measure ({type(e).__name__}: {e})"
+    why = cuda_missing(cd)
+    if why is not None:
+        return why
     try:
         import mpi4py  # noqa: F401
     except ImportError as e:
@@ -116,10 +114,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=2048, help="rows per rank for weak scaling (default 2048)")
     ap.add_argument("--steps", type=int, default=600, help="steps per run, warm-up included (default 600)")
     ap.add_argument("--warmup", type=int, default=50, help="steps left out of the timings (default 50)")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds of every configuration (default 2)")
+    common_args(ap, rounds=2, warmup=False, rotate=False)     # rounds: of every configuration, interleaved
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mpirun (default 300)")
     add_output_args(ap)
-    args = ap.parse_args(argv)
+    args = check_common_args(ap, ap.parse_args(argv))
     import pycudadrv as cd
     from pycudadrv import mpi
 
@@ -202,9 +200,7 @@ def main(argv=None) -> int:
         "gpus": n_dev,
         "ranks_share_one_gpu": shared,
     }
-    data = {"summary": summary, "benchmark": NAME, **environment(),
-            "device": {"name": dev.name, "ordinal": 0, "count": n_dev, "arch": dev.arch},
-            "driver_version": f"{dv[0]}.{dv[1]}", "pycudadrv_version": cd.__version__,
+    data = {"summary": summary, **report_header(NAME, cd, dev),
             "mpi_library": any_ok["mpi_library"] if any_ok else None,
             "cuda_aware_source": any_ok["cuda_aware_source"] if any_ok else None,
             "launcher": " ".join(mpi.mpirun_command(2)),
@@ -212,6 +208,7 @@ def main(argv=None) -> int:
                        "rounds": args.rounds, "ranks": list(RANKS)},
             "note": note, "strong": strong, "weak": weak, "total_seconds": total_s,
             "runs": {f"{k[0]}/{k[1]}/{k[2]}": v for k, v in results.items()}}
+    data["device"]["count"] = n_dev
     write_report(args.results_dir, NAME, data,
                  None if args.no_plot else (lambda path: plot(path, strong, weak, summary, title)))
     log(f"note: {note}")

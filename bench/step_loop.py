@@ -70,8 +70,10 @@ import numpy as np  # noqa: E402
 
 import particles  # noqa: E402
 from _cfloor import KernelSeq, PeerSkipped, param_array_from_bytes  # noqa: E402
-from _harness import Row, cuda_core_peer, launch_hook, run_interleaved, setup, setup_peers, summarize, sync_all_streams  # noqa: E402
-from _report import add_output_args, log, new_parser, print_skipped, pyplot, save_figure, write_report  # noqa: E402
+from _harness import (Row, cuda_core_peer, launch_hook, run_interleaved, setup, setup_peers, summarize,  # noqa: E402
+                      sync_all_streams)
+from _report import (add_output_args, bar_panel, check_common_args, common_args, log, new_parser,  # noqa: E402
+                     print_skipped, print_table, pyplot, row_color, save_figure, write_report)
 
 C_GRAPH = "C graph replay (cuGraphLaunch loop)"
 C_LAUNCH = "C launches (cuLaunchKernel loop)"
@@ -370,7 +372,7 @@ def bench_size(n, steps, args, floor, pdev):
         sim.reset(x0, v0)
         sync_all()
         res = run_interleaved(floor_row, rows, rounds=args.rounds, launches=steps,
-                              warmup_rounds=args.warmup_rounds, rotate=True, sync_all=sync_all,
+                              warmup_rounds=args.warmup_rounds, rotate=not args.no_rotate, sync_all=sync_all,
                               label=f"N={n:,}", log=lambda m: log(m.replace("us/launch", "us/step")))
         finite = all(np.isfinite(a).all() for a in sim.state())
     finally:
@@ -379,32 +381,15 @@ def bench_size(n, steps, args, floor, pdev):
     if not finite:
         raise RuntimeError(f"N={n}: the state is not finite after the benchmark")
 
-    def per_round_ns(name):
-        return res.floor_ns if name == C_GRAPH else res.rows.get(name)
-
-    rows_rep = {}
-    for name in [C_GRAPH] + [r.name for r in rows if r.name in res.rows]:
-        ns = per_round_ns(name)
-        sps = [steps / (t * 1e-9) for t in ns]
-        us = [t / steps / 1e3 for t in ns]
-        rows_rep[name] = {
-            "per_round_ns": ns,
-            "steps_per_s": sps,
-            "us_per_step": us,
-            "steps_per_s_summary": summarize(sps),
-            "us_per_step_summary": summarize(us),
-            "time_over_c_graph": [t / f for t, f in zip(ns, res.floor_ns)],
-        }
-    if C_GRAPH in rows_rep:
-        rows_rep[C_GRAPH]["first_ns"] = res.floor_first_ns
-        rows_rep[C_GRAPH]["last_ns"] = res.floor_last_ns
+    rows_rep = {name: {**res.rate_report(name, steps), "time_over_c_graph": res.ratios(name)}
+                for name in [C_GRAPH] + [r.name for r in rows if r.name in res.rows]}
     ratios = {}
     for key, (num, den, desc, cmp, target) in RATIOS.items():
         if num not in rows_rep or den not in rows_rep:
             ratios[key] = {"description": desc, "available": False,
                            "why": f"{num if num not in rows_rep else den} not measured"}
             continue
-        per = [d / u for u, d in zip(rows_rep[num]["per_round_ns"], rows_rep[den]["per_round_ns"])]
+        per = res.ratios_between(den, num)     # steps/s of num over steps/s of den
         r = {"description": desc, "available": True, "per_round": per, "summary": summarize(per)}
         if target is not None:
             med = r["summary"]["median"]
@@ -437,17 +422,14 @@ def print_size(rep, rounds):
     kind = "launch-bound" if rep["launch_bound"] else "compute-bound"
     print(f"\n=== N = {n:,} ({kind}): {rep['steps_per_measurement']:,} steps x {rounds} rounds, "
           f"{len(particles.STEP_KERNELS)} kernels/step, graph of {rep['steps_per_graph']} steps ===")
-    names = [r for r in ROW_ORDER if r in rep["rows"]]
-    w = max(len(x) for x in names) + 2
-    print(f"{'row':<{w}}{'steps/s':>12}{'us/step':>10}{'us/kernel':>11}{'time/C graph':>14}{'min':>8}{'max':>8}")
-    print("-" * (w + 63))
-    for name in names:
+    table = []
+    for name in [r for r in ROW_ORDER if r in rep["rows"]]:
         r = rep["rows"][name]
-        sps = r["steps_per_s_summary"]["median"]
-        us = r["us_per_step_summary"]["median"]
-        rel = summarize(r["time_over_c_graph"])
-        print(f"{name:<{w}}{sps:>12,.0f}{us:>10.2f}{us / len(particles.STEP_KERNELS):>11.2f}"
-              f"{rel['median']:>14.3f}{rel['min']:>8.3f}{rel['max']:>8.3f}")
+        us, rel = r["us_per_step_summary"]["median"], summarize(r["time_over_c_graph"])
+        table.append((name, r["steps_per_s_summary"]["median"], us, us / len(particles.STEP_KERNELS),
+                      rel["median"], rel["min"], rel["max"]))
+    print_table([("steps/s", 12, ",.0f"), ("us/step", 10, ".2f"), ("us/kernel", 11, ".2f"),
+                 ("time/C graph", 14, ".3f"), ("min", 8, ".3f"), ("max", 8, ".3f")], table)
     print_skipped(rep["peers"], rep["dropped_rows"])
     print("ratios (median over rounds of same-round ratios):")
     for key, r in rep["ratios"].items():
@@ -483,21 +465,8 @@ def plot(path, reports, title):
     fig, axes = plt.subplots(1, len(reports), figsize=(7.5 * len(reports), 5.2), squeeze=False)
     for ax, rep in zip(axes[0], reports):
         names = [r for r in ROW_ORDER if r in rep["rows"]]
-        sps = [rep["rows"][nm]["steps_per_s_summary"]["median"] for nm in names]
-        lo = [m - rep["rows"][nm]["steps_per_s_summary"]["p25"] for nm, m in zip(names, sps)]
-        hi = [rep["rows"][nm]["steps_per_s_summary"]["p75"] - m for nm, m in zip(names, sps)]
-        colors = ["0.5" if nm.startswith("C ") else ("tab:blue" if nm.startswith("pycudadrv") else "tab:orange")
-                  for nm in names]
-        y = list(range(len(names)))
-        ax.barh(y, sps, xerr=[lo, hi], color=colors, capsize=3)
-        ax.set_yticks(y)
-        ax.set_yticklabels(names, fontsize=8)
-        ax.invert_yaxis()
-        right = max(m + h for m, h in zip(sps, hi))
-        for i, m in enumerate(sps):
-            ax.text(m + hi[i] + 0.01 * right, i, f"{m:,.0f}", va="center", fontsize=7)
-        ax.set_xlim(0, right * 1.25)
-        ax.set_xlabel("steps per second (median over rounds; whiskers p25..p75)")
+        summ = [rep["rows"][nm]["steps_per_s_summary"] for nm in names]
+        sps = [x["median"] for x in summ]
         lines = []
         for key in ("prepared_over_cupy", "graph_over_eager", "c_graph_over_graph"):
             r = rep["ratios"][key]
@@ -505,7 +474,11 @@ def plot(path, reports, title):
                 verdict = (" PASS" if r["pass"] else " FAIL") if rep["launch_bound"] else ""
                 lines.append(f"{r['description']}: {r['summary']['median']:.2f}x ({r['target']}){verdict}")
         kind = "launch-bound" if rep["launch_bound"] else "compute-bound"
-        ax.set_title(f"N = {rep['n']:,} ({kind})\n" + "\n".join(lines), fontsize=8)
+        bar_panel(ax, names, sps, lo=[m - x["p25"] for m, x in zip(sps, summ)],
+                  hi=[x["p75"] - m for m, x in zip(sps, summ)], colors=[row_color(nm) for nm in names],
+                  labels=[f"{m:,.0f}" for m in sps], room=1.25,
+                  xlabel="steps per second (median over rounds; whiskers p25..p75)",
+                  title=f"N = {rep['n']:,} ({kind})\n" + "\n".join(lines))
     save_figure(fig, path, title, fontsize=10)
 
 
@@ -515,23 +488,21 @@ def parse_args(argv=None):
     ap = new_parser(__doc__)
     ap.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
                     help="comma-separated body counts (default 1024,1048576)")
-    ap.add_argument("--rounds", type=int, default=7, help="counted rounds (default 7)")
-    ap.add_argument("--warmup-rounds", type=int, default=1, help="uncounted rounds first (default 1)")
+    common_args(ap, rounds=7, peers="CuPy and cuda.core")
     ap.add_argument("--steps", type=int, default=None,
                     help=f"steps per row per round, every size (default {DEFAULT_STEPS_SMALL} up to "
                          f"N={LAUNCH_BOUND_MAX}, {DEFAULT_STEPS_LARGE} above)")
     ap.add_argument("--k", type=int, default=100, help="steps per captured graph (default 100)")
-    ap.add_argument("--no-peers", action="store_true", help="skip CuPy and cuda.core")
     add_output_args(ap)
-    args = ap.parse_args(argv)
+    args = check_common_args(ap, ap.parse_args(argv))
     try:
         args.sizes = [int(s) for s in str(args.sizes).replace(" ", "").split(",") if s]
     except ValueError:
         ap.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
     if not args.sizes or any(n < 1 for n in args.sizes):
         ap.error("--sizes must list positive body counts")
-    if args.rounds < 1 or args.warmup_rounds < 0 or args.k < 1:
-        ap.error("--rounds and --k must be >= 1, --warmup-rounds >= 0")
+    if args.k < 1:
+        ap.error("--k must be >= 1")
     if args.steps is not None and (args.steps < 1 or args.steps % args.k):
         ap.error(f"--steps must be a positive multiple of --k ({args.k})")
     for default in (DEFAULT_STEPS_SMALL, DEFAULT_STEPS_LARGE):
@@ -579,6 +550,7 @@ def main(argv=None) -> int:
         "summary": summary,
         **bench.report_header(),
         "config": {"sizes": args.sizes, "rounds": args.rounds, "warmup_rounds": args.warmup_rounds,
+                   "rotate": not args.no_rotate,
                    "steps_per_graph": args.k, "block": particles.BLOCK, "kernels_per_step": list(particles.STEP_KERNELS),
                    "params": particles.physical_params(), "timed_region": "steps + stream synchronize"},
         "targets": {key: f"{RATIOS[key][3]} {RATIOS[key][4]}" for key in RATIOS if RATIOS[key][4] is not None},

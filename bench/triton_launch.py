@@ -136,13 +136,6 @@ def ratio_lists(res, num, den):
     return [a / b for a, b in zip(res.rows[num], res.rows[den])]
 
 
-def row_report(res, name):
-    per = res.per_launch_us(res.rows[name])
-    return {"per_round_ns": res.rows[name], "per_launch_us": per, "per_launch_us_summary": summarize(per),
-            "ratio_to_floor": res.ratios(name), "ratio_summary": summarize(res.ratios(name)),
-            "drain_us": [d / 1e3 for d in res.drain_ns.get(name, [])]}
-
-
 def print_table(rep, order, summary):
     w = max(len(n) for n in [FLOOR, *order]) + 2
     print()
@@ -272,7 +265,7 @@ def main(argv=None) -> int:
     per_launch_floor = res.per_launch_us(res.floor_ns)
     rep = {"floor": {"per_launch_us": per_launch_floor, "per_launch_us_summary": summarize(per_launch_floor),
                      "first_ns": res.floor_first_ns, "last_ns": res.floor_last_ns},
-           "rows": {n: row_report(res, n) for n in order}}
+           "rows": {n: res.row_report(n) for n in order}}
     over_launcher = ratio_lists(res, P_PREPARED, T_LAUNCHER)
     over_jit = ratio_lists(res, P_PREPARED, T_JIT)
     summary = {

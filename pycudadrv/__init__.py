@@ -52,6 +52,7 @@ del _check_extensions_are_ours
 from pycudadrv import _errors, _device, _stream, _event, _host, _memory, _interop, _marshal, _kernel, _launch, _module, _graph
 from pycudadrv import _sequence, _loops, _env
 from pycudadrv import nvrtc, link, triton, timestamps, dispatch, bench, profile, queue, aio, nvtx  # noqa: F401
+from pycudadrv import _builder  # noqa: F401
 
 from pycudadrv._errors import *  # noqa: F401,F403
 from pycudadrv._driver import *  # noqa: F401,F403
@@ -60,6 +61,7 @@ from pycudadrv._stream import *  # noqa: F401,F403
 from pycudadrv._event import *  # noqa: F401,F403
 from pycudadrv._host import *  # noqa: F401,F403
 from pycudadrv._memory import *  # noqa: F401,F403
+from pycudadrv._usage import BufferUsages as BufferUsages
 from pycudadrv._interop import *  # noqa: F401,F403
 from pycudadrv._marshal import *  # noqa: F401,F403
 from pycudadrv._kernel import *  # noqa: F401,F403
@@ -68,6 +70,8 @@ from pycudadrv._module import *  # noqa: F401,F403
 from pycudadrv._graph import *  # noqa: F401,F403
 from pycudadrv._sequence import *  # noqa: F401,F403
 from pycudadrv._loops import *  # noqa: F401,F403
+from pycudadrv._builder import *  # noqa: F401,F403
+from pycudadrv._capabilities import DeviceInfo as DeviceInfo
 from pycudadrv._attributes import DEVICE_ATTRIBUTES as DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES as FUNCTION_ATTRIBUTES
 from pycudadrv.nvrtc import *  # noqa: F401,F403
 from pycudadrv.link import *  # noqa: F401,F403
@@ -80,7 +84,7 @@ from pycudadrv.config import show_config as show_config
 
 __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_event.__all__, *_host.__all__,
                   *_memory.__all__, *_interop.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
-                  *_graph.__all__, *_sequence.__all__, *_loops.__all__, *nvrtc.__all__, *link.__all__, *timestamps.__all__,
+                  *_graph.__all__, *_sequence.__all__, *_loops.__all__, *_builder.__all__, *nvrtc.__all__, *link.__all__, *timestamps.__all__,
                   *queue.__all__,
-                  "Dispatch", "Encoder", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "from_triton", "TritonKernel",
+                  "Dispatch", "Encoder", "DeviceInfo", "BufferUsages", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "from_triton", "TritonKernel",
                   "show_config", "__version__", "bench", "profile", "dispatch", "aio"})

@@ -30,6 +30,7 @@ cdef class Allocation(CaptureWork):
     cdef list ordered                # streams already ordered after `ready`
     cdef bint ready_captured         # a graph waits on `ready`: it lives as long as this allocation
     cdef bint read_only              # foreign memory its producer exported read-only (CAI data[1])
+    cdef unsigned int usage          # BufferUsages bits given at creation (default: all); views share it
     # Nonzero when a launch must look closer before using the memory: freed, or a producer
     # to order after. One C test on the launch path (Buffer arguments pay nothing else).
     cdef bint attention

@@ -16,6 +16,7 @@ from pycudadrv._ordering cimport ReadyEvent
 
 from pycudadrv._ordering import alloc_trace
 from pycudadrv._errors import ArgumentTypeError, CaptureError, ClosedError
+from pycudadrv._usage import ALL_BITS
 
 __all__ = []
 
@@ -26,6 +27,7 @@ cdef extern from "cuda.h":
 cdef set _pools_configured = set()
 # Creating an Allocation takes this token (allocate() and foreign() pass it).
 cdef object _TOKEN = object()
+cdef unsigned int _ALL_USAGES = ALL_BITS   # an allocation's usage unless its factory is told otherwise
 
 
 cdef int _configure_pool(Device dev) except -1:
@@ -48,6 +50,7 @@ cdef Allocation _new(Device dev, Stream s, size_t nbytes):
     a.device = dev
     a.stream = s
     a.nbytes = nbytes
+    a.usage = _ALL_USAGES
     return a
 
 

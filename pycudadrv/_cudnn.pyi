@@ -4,6 +4,7 @@ from typing import Any
 from typing_extensions import disjoint_base
 
 from pycudadrv._device import Device
+from pycudadrv._memory import Buffer
 from pycudadrv._stream import Stream
 
 __all__ = ['MatmulPlan']
@@ -52,6 +53,8 @@ class MatmulPlan:
     def closed(self) -> bool: ...
     @property
     def flops(self) -> int: ...
+    @property
+    def workspace(self) -> Buffer | None: ...
     def __enter__(self) -> "MatmulPlan": ...
     def __exit__(self, *exc: object) -> bool: ...
     @staticmethod

@@ -670,6 +670,11 @@ cdef class MatmulPlan:
         """Floating-point operations of one execution: ``2 * batch * m * n * k``."""
         return 2 * self.batch * self.m * self.n * self.k
 
+    @property
+    def workspace(self):
+        """The scratch Buffer eager executions write (None when none is needed); Queue.matmul tracks it."""
+        return self._workspace
+
     def __enter__(self):
         return self
 

@@ -8,17 +8,18 @@ import os
 import sys
 import threading
 import numpy as np
-from pycudadrv import _attributes
+from pycudadrv import _attributes, _capabilities
 from pycudadrv._env import env_flag
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CudaUnavailableError
 
-__all__ = ["Device", "device_count", "get_current_device", "select_devices", "selected_devices"]
+__all__ = ["Device", "context", "device_count", "get_current_device", "select_devices", "selected_devices"]
 
 cdef extern from "cuda.h":
     enum:
         CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
 
 cdef dict _devices = {}
+cdef dict _infos = {}              # ordinal -> DeviceInfo (attributes do not change while a process runs)
 cdef set _peer_enabled = set()
 cdef object _selection = None      # tuple of ordinals pycudadrv may use, or None: all
 cdef bint _startup_logged = False
@@ -168,6 +169,13 @@ def get_current_device():
     return current_device()
 
 
+def context(device=None):
+    """The primary context (``CUcontext``) of ``device`` (a Device or an
+    ordinal; None: :func:`get_current_device`) as an int, like
+    ``Stream.handle``: :attr:`Device.context`. Raises as ``Device(ordinal)``."""
+    return as_device(device).context
+
+
 cdef class Device:
     """A CUDA device and its primary context.
 
@@ -260,6 +268,15 @@ cdef class Device:
         (``cuCtxSetCurrent``). Every pycudadrv call does this itself."""
         self.activate()
 
+    @property
+    def context(self):
+        """The device's primary context (``CUcontext``, retained once per
+        process with ``cuDevicePrimaryCtxRetain`` and never released) as an
+        int, like ``Stream.handle``: what ``cuCtxGetCurrent`` reports once the
+        device is current (:meth:`set_current`), for passing to another
+        library. The same for every Device object of one ordinal."""
+        return <size_t>self._context
+
     def use(self):
         """Make this the calling thread's current device (for calls that take
         ``device=None``) until another ``use()``; returns self.
@@ -339,6 +356,24 @@ cdef class Device:
         else:
             attr = int(name)
         return self._attr(attr)
+
+    @property
+    def info(self):
+        """What this device can do, as a frozen :class:`pycudadrv.DeviceInfo`:
+        tensor cores (sm_70 and newer), bfloat16 (sm_80 and newer), the FP64
+        rate class (``"full"``, ``"reduced"``, ``"minimal"``, from the FP32:FP64
+        throughput ratio), register bytes per block, per SM and per thread,
+        warp size, block, grid and shared-memory limits (bytes). Read once per
+        device with ``cuDeviceGetAttribute`` (derivation rules:
+        ``pycudadrv._capabilities.derive``).
+
+        Raises CudaError if the driver refuses an attribute."""
+        info = _infos.get(self.ordinal)
+        if info is None:
+            info = _capabilities.derive(
+                lambda name: self._attr(_attributes.DEVICE_ATTRIBUTES["CU_DEVICE_ATTRIBUTE_" + name.upper()]))
+            _infos[self.ordinal] = info
+        return info
 
     def can_access_peer(self, Device peer not None):
         """Whether this device can map ``peer``'s memory (``cuDeviceCanAccessPeer``)."""

@@ -20,6 +20,7 @@ import os
 import threading
 import warnings
 
+from pycudadrv._env import debug_log
 from pycudadrv._errors import CudaError, CudaUnavailableError, ArgumentTypeError
 
 __all__ = ["CudaError", "CudaUnavailableError", "LIBCUDA", "MIN_DRIVER_VERSION", "HEADER_CUDA_VERSION",
@@ -55,6 +56,7 @@ _load_lock = threading.Lock()
 
 cdef getproc_t _open_library(str shown, str where, bint from_env) except NULL:
     global _lib, _lib_path
+    debug_log("driver", f"dlopen({shown!r}){where}")
     try:
         lib = ctypes.CDLL(shown, mode=os.RTLD_NOW | os.RTLD_LOCAL)
     except OSError as e:
@@ -128,6 +130,11 @@ cdef int _load() except -1:
     # Error names are usable from here on, so a cuInit failure says which it was.
     _names_ready = _api.p_cuGetErrorName != NULL and _api.p_cuGetErrorString != NULL
     r = _api.p_cuInit(0)
+    if r != CUDA_SUCCESS:
+        debug_log("driver", f"cuInit(0) failed: {make_error(r, 'cuInit').name} (CUresult {r}) "
+                  f"from {shown!r}, CUDA {_version_str(drv_ver)}")
+    else:
+        debug_log("driver", f"loaded {shown!r}{where}: CUDA {_version_str(drv_ver)}, cuInit(0) succeeded")
     if r == CUDA_ERROR_NO_DEVICE:
         raise CudaUnavailableError(
             f"no CUDA device: the driver (CUDA {_version_str(drv_ver)}) loaded but cuInit reports "
@@ -159,6 +166,7 @@ cdef pycudadrv_driver_api* _driver_first_use() except NULL:
                 _load()
             except CudaUnavailableError as e:
                 _load_error = e
+                debug_log("driver", f"unavailable: {e}")
                 raise
     return &_api
 

@@ -10,9 +10,10 @@ Pure Python.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 
-__all__ = ["env_flag", "env_int", "foreign_sync_enabled", "ENVIRONMENT_VARIABLES"]
+__all__ = ["env_flag", "env_choice", "env_word", "env_int", "foreign_sync_enabled", "debug_log", "ENVIRONMENT_VARIABLES"]
 
 _TRUE = frozenset(("1", "true", "yes", "on"))
 _FALSE = frozenset(("0", "false", "no", "off"))
@@ -27,8 +28,8 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_CACHE": "0 disables the on-disk compile cache",
     "PYCUDADRV_CACHE_DIR": "directory of the on-disk compile cache",
     "PYCUDADRV_CACHE_MAX_BYTES": "size limit of the compile cache in bytes (least recently used entries go first)",
-    "PYCUDADRV_PROFILE": "1: per-kernel time table at exit",
-    "PYCUDADRV_TRACE": "1: synchronise and print after every launch",
+    "PYCUDADRV_PROFILE": "1 (or events): per-kernel time table at exit; host: serialised host-clock timing",
+    "PYCUDADRV_TRACE": "1: synchronise and print after every launch (with PYCUDADRV_PROFILE, both)",
     "PYCUDADRV_NVTX": "1: NVTX ranges for passes, dispatches and profiled launches",
     "PYCUDADRV_PERSISTENT_BLOCKS": "blocks of a persistent indirect dispatch",
     "PYCUDADRV_INDIRECT_SYNC": "1: indirect dispatch reads the counts back (debug)",
@@ -36,11 +37,16 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_GRAPH_DOT": "path: write every instantiated graph as DOT (a {n} in the path is numbered)",
     "PYCUDADRV_ALLOC_TRACE": "1: report allocations and host uploads attempted while a stream captures",
     "PYCUDADRV_DEVICES": "comma-separated device ordinals pycudadrv may use (empty: an error)",
-    "PYCUDADRV_DEBUG": "1: log driver version, devices and init failures at start",
+    "PYCUDADRV_DEBUG": "1: log the driver's load (or why it failed), cuInit, devices and cuDNN's load at start",
     "PYCUDADRV_CUDNN": "0 turns the cuDNN integration off",
+    "PYCUDADRV_CUDNN_PATH": "path of libcudnn.so.9 (no fallback when set)",
     "PYCUDADRV_MPI_CUDA_AWARE": "1/0: pycudadrv.mpi treats the MPI library as CUDA-aware or not (unset: detect)",
+    "PYCUDADRV_QUEUE_STREAMS": "streams of a Queue made without streams= (1 to 1024; default 4)",
+    "PYCUDADRV_QUEUE_POLICY": "stream choice of a Queue made without policy=: greedy (default) or round_robin",
     "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "0: do not order another library's arrays after their producer's stream "
                                            "(CuPy's CUPY_CUDA_ARRAY_INTERFACE_SYNC, Numba's NUMBA_...); default on",
+    "PYCUDADRV_AIO_COMPLETION": "pycudadrv.aio's completion mode at import: spin (default), blocking, host_func "
+                                "or poll",
 }
 
 
@@ -52,23 +58,43 @@ def _warn_once(name: str, value: str, what: str) -> None:
     warnings.warn(f"{name}={value!r} is not {what}; using the default", RuntimeWarning, stacklevel=3)
 
 
-def env_flag(name: str, default: bool = False) -> bool:
-    """The switch ``name`` (see the module docstring for the accepted values)."""
+def _switch(name: str, choices: tuple[str, ...] = ()) -> str | bool | None:
+    """The value of ``name`` read as a switch: None when unset or blank, one of
+    ``choices`` (lower case) when given, True/False for a switch word, and
+    anything else warns once (naming what is accepted) and gives None."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
-        return default
+        return None
     v = raw.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    _warn_once(name, raw, "a switch (use 1/0, true/false, yes/no, on/off)")
-    return default
+    if v in choices:
+        return v
+    if v in _TRUE or v in _FALSE:
+        return v in _TRUE
+    what = "a switch (use 1/0, true/false, yes/no, on/off)" if not choices else \
+        f"a switch (1/0, true/false, yes/no, on/off) or one of {', '.join(choices)}"
+    _warn_once(name, raw, what)
+    return None
 
 
-def env_int(name: str, default: int | None = None, minimum: int | None = None) -> int | None:
+def env_flag(name: str, default: bool = False) -> bool:
+    """The switch ``name`` (see the module docstring for the accepted values)."""
+    v = _switch(name)
+    return default if v is None else bool(v)
+
+
+def env_choice(name: str, choices: tuple[str, ...]) -> str | bool:
+    """A switch that also takes one of the words ``choices`` (any case): the
+    word (lower case) when one is given, else :func:`env_flag`'s value; any
+    other value warns once, naming both kinds, and gives False."""
+    v = _switch(name, choices)
+    return False if v is None else v
+
+
+def env_int(name: str, default: int | None = None, minimum: int | None = None,
+            maximum: int | None = None) -> int | None:
     """The integer ``name``; unset or empty gives ``default``; a value that is
-    not an integer, or is below ``minimum``, warns once and gives ``default``."""
+    not an integer, or is below ``minimum`` or above ``maximum``, warns once
+    and gives ``default``."""
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
@@ -80,7 +106,24 @@ def env_int(name: str, default: int | None = None, minimum: int | None = None) -
     if minimum is not None and v < minimum:
         _warn_once(name, raw, f"an integer >= {minimum}")
         return default
+    if maximum is not None and v > maximum:
+        _warn_once(name, raw, f"an integer <= {maximum}")
+        return default
     return v
+
+
+def env_word(name: str, choices: tuple[str, ...], default: str) -> str:
+    """The word ``name``, one of ``choices`` (surrounding blanks ignored, any
+    case); unset or empty gives ``default``; another value warns once and gives
+    ``default``."""
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    v = raw.strip().lower()
+    if v in choices:
+        return v
+    _warn_once(name, raw, "one of " + ", ".join(choices))
+    return default
 
 
 _foreign_sync: bool | None = None
@@ -94,3 +137,15 @@ def foreign_sync_enabled(refresh: bool = False) -> bool:
     if _foreign_sync is None or refresh:
         _foreign_sync = env_flag("PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC", True)
     return _foreign_sync
+
+
+def debug_log(what: str, text: str) -> None:
+    """With ``PYCUDADRV_DEBUG`` on: one line ``[pycudadrv] what: text`` on
+    stderr (the startup log: the driver's load, ``cuInit``, the devices,
+    cuDNN). Never raises: a log that cannot be written is dropped."""
+    if not env_flag("PYCUDADRV_DEBUG"):
+        return
+    try:
+        print(f"[pycudadrv] {what}: {text}", file=sys.stderr, flush=True)
+    except Exception:  # noqa: BLE001 -- a closed stderr must not turn a log line into a failure
+        pass

@@ -18,7 +18,7 @@ __all__ = [
     "ArgumentTypeError", "ArgumentValueError", "ArgumentIndexError", "ClosedError", "StateError",
     "CaptureError", "EventNotRecordedError", "NotReadyError", "GraphUpdateError", "BufferInUseError",
     "LibraryUnavailableError", "NvrtcError", "NvrtcUnavailableError", "LinkError", "LinkerUnavailableError",
-    "CudnnError", "CudnnUnavailableError",
+    "CudnnError", "CudnnUnavailableError", "HeaderNotFoundError",
 ]
 
 #: ``CUDA_ERROR_OUT_OF_MEMORY``: a CudaError with this code is also a MemoryError.
@@ -206,6 +206,21 @@ def _rebuild_nvrtc_error(text, log, options, version, name, code=None):
     RuntimeError.__init__(e, text)
     e.log, e.options, e.nvrtc_version, e.name, e.code = log, options, version, name, code
     return e
+
+
+class HeaderNotFoundError(NvrtcError):
+    """A header the kernel ``#include``s is in none of the include directories
+    compile() gives NVRTC. ``.header`` is its name, ``.line`` the source line
+    number of the ``#include``, ``.searched`` the directories, in NVRTC's order."""
+
+    def __init__(self, message, header="", line=0, searched=(), log="", options=(), nvrtc_version=None,
+                 name="kernel.cu", code=None):
+        self.header, self.line, self.searched, self._message = header, line, tuple(searched), message
+        super().__init__(message, log, options, nvrtc_version, name, code)
+
+    def __reduce__(self):
+        return (HeaderNotFoundError, (self._message, self.header, self.line, self.searched, self.log, self.options,
+                                      self.nvrtc_version, self.name, self.code))
 
 
 class LinkerUnavailableError(LibraryUnavailableError):

@@ -1,6 +1,7 @@
 from libc.stdint cimport uint64_t
 from pycudadrv._device cimport Device
 from pycudadrv._stream cimport Stream
+from pycudadrv._memory cimport Buffer
 
 # obj.__cuda_array_interface__, or None when it has none; ArgumentTypeError when reading it raises.
 cdef object read_cai(object obj)
@@ -30,3 +31,7 @@ cdef list dlpack_owners()
 cdef int settle_dlpack_owners(Stream s) except -1
 # The waiting owners, handed to a holder (a graph whose node now uses them); the list empties.
 cdef tuple take_dlpack_owners()
+# asbuffer() of a CAI object (`cai` its dict) for `who` (named in errors); with `strided`, a
+# strided array (no negative stride) gives a raw-bytes Buffer over the bytes it spans from its
+# data pointer, its producer ordered as asbuffer orders it.
+cdef Buffer cai_buffer(object obj, object cai, object device, bint strided, str who)

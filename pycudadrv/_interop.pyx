@@ -353,6 +353,10 @@ def asbuffer(obj, *, device=None):
         if hasattr(obj, "__dlpack__"):
             return _from_dlpack(obj, device)
         raise ArgumentTypeError(f"{type(obj).__name__} exports neither __cuda_array_interface__ nor __dlpack__")
+    return cai_buffer(obj, cai, device, False, "asbuffer")
+
+
+cdef Buffer cai_buffer(object obj, object cai, object device, bint strided, str who):
     try:
         ptr = cai_data_pointer(cai)
         shape, strides, dt = cai_geometry(cai)
@@ -366,24 +370,31 @@ def asbuffer(obj, *, device=None):
         contiguous = cai_is_contiguous(cai)
         read_only = bool(cai["data"][1])
     except (ArgumentValueError, TypeError, ValueError) as e:
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: {e}") from e
+        raise ArgumentTypeError(f"{who}: {type(obj).__name__}: {e}") from e
     if dt.itemsize == 0 or dt.hasobject:
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: its __cuda_array_interface__ 'descr' {dt} is not "
+        raise ArgumentTypeError(f"{who}: {type(obj).__name__}: its __cuda_array_interface__ 'descr' {dt} is not "
                                 "a type of device data")
-    if not contiguous:
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__} is not C-contiguous (shape {shape}, strides "
+    if not contiguous and not strided:
+        raise ArgumentTypeError(f"{who}: {type(obj).__name__} is not C-contiguous (shape {shape}, strides "
                                 f"{strides} in bytes); make it contiguous first (e.g. "
                                 "x.contiguous() in PyTorch, cupy.ascontiguousarray(x))")
     count = 1
     for n in shape:
         count *= n
-    if count * dt.itemsize >= 2**64:
-        raise ArgumentTypeError(f"asbuffer: {type(obj).__name__}: shape {shape} of {dt} is {count * dt.itemsize} "
+    nbytes = count * dt.itemsize
+    if not contiguous:
+        # The bytes a strided array spans from its first element (every stride >= 0)
+        if any(st < 0 for st in strides):
+            raise ArgumentTypeError(f"{who}: {type(obj).__name__} has a negative stride (strides {strides} in "
+                                    "bytes): its elements lie before its data pointer; pass a copy")
+        nbytes = 0 if count == 0 else dt.itemsize + sum((n - 1) * st for n, st in zip(shape, strides))
+    if nbytes >= 2**64:
+        raise ArgumentTypeError(f"{who}: {type(obj).__name__}: shape {shape} of {dt} is {nbytes} "
                                 "bytes, more than any device holds")
     try:
         producer = _cai_stream(cai, obj) if "stream" in cai else None
     except ArgumentTypeError as e:
-        raise ArgumentTypeError(f"asbuffer: {e}") from None
+        raise ArgumentTypeError(f"{who}: {e}") from None
     cdef Device dev = as_device(device)
     cdef ReadyEvent ready = None
     if foreign_sync_enabled():
@@ -391,14 +402,16 @@ def asbuffer(obj, *, device=None):
             try:
                 ready = _producer_ready(<uintptr_t>producer, None, obj, dev)
             except ArgumentTypeError as e:
-                raise ArgumentTypeError(f"asbuffer: {e}") from e.__cause__
+                raise ArgumentTypeError(f"{who}: {e}") from e.__cause__
         elif "stream" not in cai and callable(getattr(obj, "__dlpack__", None)):
-            _release_capsule(_call_dlpack(obj, int(<uintptr_t>_sync_stream(dev)._handle) or 1, "asbuffer"), obj)
+            _release_capsule(_call_dlpack(obj, int(<uintptr_t>_sync_stream(dev)._handle) or 1, who), obj)
             ready = ready_event((<Stream>_sync_stream(dev))._handle, dev)
-    cdef Allocation a = foreign(<CUdeviceptr>ptr, count * dt.itemsize, dev, obj, ready)
+    cdef Allocation a = foreign(<CUdeviceptr>ptr, nbytes, dev, obj, ready)
     if read_only:
         a.set_read_only()
-    return buffer_over(a, a.ptr, count * dt.itemsize, dt, shape, None)
+    if not contiguous:
+        return buffer_over(a, a.ptr, nbytes, None, None, None)     # raw bytes: the caller has the geometry
+    return buffer_over(a, a.ptr, nbytes, dt, shape, None)
 
 
 def data_pointer(obj, *, bint strided=False):

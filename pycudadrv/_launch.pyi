@@ -9,6 +9,7 @@ from typing_extensions import Self, disjoint_base
 from pycudadrv._kernel import KernelBase, _Dims
 from pycudadrv._memory import Buffer, _SupportsCudaArrayInterface, _SupportsDLPack
 from pycudadrv._module import Module
+from pycudadrv._builder import LaunchBuilder
 from pycudadrv._signature import Param
 from pycudadrv._stream import Stream, _StreamLike
 
@@ -142,6 +143,17 @@ class Function(KernelBase):
         cluster: _Dims | None = None,
         programmatic_dependent: bool = False,
     ) -> PreparedLaunch: ...
+    def builder(
+        self,
+        grid: _Dims,
+        block: _Dims,
+        *,
+        shared_mem_bytes: int = 0,
+        stream: _StreamLike | None = None,
+        cooperative: bool = False,
+        cluster: _Dims | None = None,
+        programmatic_dependent: bool = False,
+    ) -> LaunchBuilder: ...
 
 @disjoint_base
 class PreparedLaunch:

@@ -543,6 +543,17 @@ cdef class Function(KernelBase):
                               cooperative=cooperative, cluster=cluster,
                               programmatic_dependent=programmatic_dependent)
 
+    def builder(self, grid, block, *, shared_mem_bytes=0, stream=None, bint cooperative=False, cluster=None,
+                bint programmatic_dependent=False):
+        """A :class:`pycudadrv.LaunchBuilder` of this kernel (the cuda-async
+        launch builder): arguments are pushed one at a time
+        (``push_arg``, ``push_tensor``), then ``launch()``, ``bind()`` or
+        ``await``. The configuration (the keywords of :meth:`launch`) is
+        validated here; raises as :class:`LaunchConfig`."""
+        from pycudadrv._builder import _make_builder     # upward: the builder is built on this module
+        return _make_builder(self, grid, block, shared_mem_bytes, stream, cooperative, cluster,
+                             programmatic_dependent)
+
     def __repr__(self):
         n = "?" if self.layout is None or self.layout.n < 0 else str(self.layout.n)
         if self.device is None:

@@ -37,6 +37,7 @@ def device_loop(
     until: Condition | None = None,
     max_iterations: int | None = None,
 ) -> DeviceLoop: ...
+def follows_kernel(stream: Stream) -> bool: ...
 def patch_kernel_node(
     graph: CapturedGraph, node: int, fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int],
     shared_mem_bytes: int, args: Any,

@@ -58,6 +58,9 @@ extern "C" __device__ __cudart_builtin__ cudaError_t CUDARTAPI cudaGraphKernelNo
 // pointer, so it walks the workgroups from blockIdx.x with a stride of gridDim.x) from three counts on the
 // device: one block per workgroup, up to the device's grid limit in x (beyond it, each block takes several);
 // no workgroup at all disables the node for this replay. No count is ever too large to run.
+// On sm_90+ the node is this kernel's programmatic dependent: the fence makes the update visible to its
+// launch (cuda_device_runtime_api.h's rule for updating an immediate PDL dependent), and the trigger then
+// lets it launch while this kernel retires instead of after it.
 extern "C" __global__ void pycudadrv_indirect_update(cudaGraphDeviceNode_t node, const unsigned int* counts,
                                                     unsigned int max_x) {
     pycudadrv_wait_producer();
@@ -66,6 +69,9 @@ extern "C" __global__ void pycudadrv_indirect_update(cudaGraphDeviceNode_t node,
     if (on) cudaGraphKernelNodeSetGridDim(node, dim3(groups < max_x ? (unsigned int)groups : max_x, 1, 1));
     cudaGraphKernelNodeSetEnabled(node, on);
     __threadfence();
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 #define PYCUDADRV_UNTIL(T, NAME, OP) \
 extern "C" __global__ void pycudadrv_loop_until_##NAME(cudaGraphConditionalHandle h, unsigned int* state, \
@@ -383,6 +389,18 @@ cdef class DeviceLoop(CapturedGraph):
 def device_loop(stream, mode="thread_local", *, pdl=False, times=None, until=None, max_iterations=None):
     """``stream.loop(...)``: see :class:`DeviceLoop`."""
     return DeviceLoop(stream, mode, pdl=pdl, times=times, until=until, max_iterations=max_iterations)
+
+
+def follows_kernel(Stream stream not None):
+    """Whether the next work captured on ``stream`` depends on exactly one node, the
+    kernel launch captured last (so a kernel launched now with programmatic stream
+    serialization gets a programmatic edge from a kernel, never from a copy, a set or
+    several joined streams). False outside a capture."""
+    cdef Capture c = stream._capture
+    if c is None or not c.kernels:
+        return False
+    last = c.last_node()
+    return last is not None and last == c.kernels[-1][0]
 
 
 def patch_kernel_node(graph, node, Function fn not None, grid, block, unsigned int shared_mem_bytes, args):

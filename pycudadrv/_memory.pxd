@@ -19,6 +19,8 @@ cdef class Buffer:
     # Raises ClosedError (naming why) if this buffer or the allocation it views was closed.
     cdef int ensure_open(self) except -1
     cdef Stream _copy_stream(self, object stream)
+    # Whether the allocation's usage has every bit of `needed` (BufferUsages bits).
+    cpdef bint _has_usage(self, unsigned int needed)
 
 # The one way to make a Buffer: a view of `alloc` over [ptr, ptr + nbytes) (a sub-range of
 # it), with metadata; `parent` (the buffer it is a view of, or None) is kept alive.

@@ -10,6 +10,7 @@ from typing_extensions import CapsuleType, Self, disjoint_base
 from pycudadrv._device import Device
 from pycudadrv._host import _ShapeLike
 from pycudadrv._stream import Stream, _DeviceLike, _StreamLike
+from pycudadrv._usage import BufferUsages
 
 __all__ = ['Buffer']
 
@@ -40,6 +41,7 @@ class Buffer:
         device: _DeviceLike | None = None,
         stream: _StreamLike | None = None,
         async_alloc: bool = True,
+        usage: BufferUsages | None = None,
     ) -> Buffer: ...
     @staticmethod
     def zeros(
@@ -49,6 +51,7 @@ class Buffer:
         device: _DeviceLike | None = None,
         stream: _StreamLike | None = None,
         async_alloc: bool = True,
+        usage: BufferUsages | None = None,
     ) -> Buffer: ...
     @staticmethod
     def from_numpy(
@@ -57,6 +60,7 @@ class Buffer:
         device: _DeviceLike | None = None,
         stream: _StreamLike | None = None,
         async_alloc: bool = True,
+        usage: BufferUsages | None = None,
     ) -> Buffer: ...
     @property
     def ptr(self) -> int: ...
@@ -77,6 +81,9 @@ class Buffer:
     def readonly(self) -> bool: ...
     @property
     def stream(self) -> Stream: ...
+    @property
+    def usage(self) -> BufferUsages: ...
+    def _has_usage(self, needed: int) -> bool: ...
     def __len__(self) -> int: ...
     def write(self, data: ArrayLike, offset: int = 0, stream: _StreamLike | None = None) -> None: ...
     @overload

@@ -21,6 +21,7 @@ from pycudadrv._host import shape_and_nbytes
 from pycudadrv._ordering import alloc_trace
 from pycudadrv._dlpack import KDL_CUDA
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, short_repr)
+from pycudadrv._usage import BufferUsages, usage_bits, names as usage_names
 
 __all__ = ["Buffer"]
 
@@ -169,16 +170,20 @@ cdef class Buffer:
         self._closed = False
 
     @staticmethod
-    def empty(shape, dtype=None, *, device=None, stream=None, bint async_alloc=True):
+    def empty(shape, dtype=None, *, device=None, stream=None, bint async_alloc=True, usage=None):
         """Uninitialised device memory.
 
         ``shape`` is a byte count when ``dtype`` is None, else an element shape
-        (int or tuple) of ``dtype`` elements.
+        (int or tuple) of ``dtype`` elements. ``usage`` (a
+        :class:`BufferUsages` set; None: ``ALL``) is what the buffer may be
+        used for, read back as :attr:`usage` and shared by its views.
 
         Raises
         ------
+        ArgumentTypeError
+            A ``usage`` that is not a BufferUsages set.
         ArgumentValueError
-            Negative size, or a stream of another device.
+            Negative size, a stream of another device, or an empty ``usage``.
         CaptureError
             A capture in progress forbids the allocation (``async_alloc=False``,
             or a stream outside the capture).
@@ -187,29 +192,32 @@ cdef class Buffer:
             message gives the bytes asked for and the bytes free).
         """
         shape, dt, nbytes = shape_and_nbytes(shape, dtype)
+        cdef unsigned int bits = usage_bits(usage, "Buffer.empty")
         cdef Device dev = as_device(device)
         cdef Stream s = resolve_stream(stream, dev)
         if s.device is not None and s.device.ordinal != dev.ordinal:
             raise ArgumentValueError(f"Buffer.empty: stream belongs to device {s.device.ordinal}, "
                                      f"not device {dev.ordinal}")
         cdef Allocation a = allocate(nbytes, dev, s, async_alloc)
+        a.usage = bits
         return buffer_over(a, a.ptr, nbytes, dt, shape if dt is not None else None, None)
 
     @staticmethod
-    def zeros(shape, dtype=None, *, device=None, stream=None, bint async_alloc=True):
+    def zeros(shape, dtype=None, *, device=None, stream=None, bint async_alloc=True, usage=None):
         """Like :meth:`empty`, then set to zero (``cuMemsetD8Async``)."""
-        b = Buffer.empty(shape, dtype, device=device, stream=stream, async_alloc=async_alloc)
+        b = Buffer.empty(shape, dtype, device=device, stream=stream, async_alloc=async_alloc, usage=usage)
         b.fill(0)
         return b
 
     @staticmethod
-    def from_numpy(array, *, device=None, stream=None, bint async_alloc=True):
+    def from_numpy(array, *, device=None, stream=None, bint async_alloc=True, usage=None):
         """A new Buffer holding a copy of ``array`` (any buffer-protocol object;
         non-contiguous input is first copied to C order). Keeps its dtype and
         shape (``cuMemcpyHtoDAsync``; pageable source memory may be reused as
-        soon as this returns). Raises as :meth:`empty` and :meth:`write`."""
+        soon as this returns); ``usage`` as in :meth:`empty`. Raises as
+        :meth:`empty` and :meth:`write`."""
         arr = np.ascontiguousarray(array)
-        b = Buffer.empty(arr.shape, arr.dtype, device=device, stream=stream, async_alloc=async_alloc)
+        b = Buffer.empty(arr.shape, arr.dtype, device=device, stream=stream, async_alloc=async_alloc, usage=usage)
         b.write(arr)
         return b
 
@@ -267,6 +275,18 @@ cdef class Buffer:
     def stream(self):
         """The Stream this buffer's allocation, free and default copies are ordered on."""
         return self._alloc.stream
+
+    @property
+    def usage(self):
+        """What the buffer may be used for (:class:`BufferUsages`), given at
+        creation (default ``ALL``; another library's memory: ``ALL``) and
+        shared by every view of the allocation. An indirect dispatch needs
+        ``INDIRECT``; nothing else is checked."""
+        return BufferUsages(self._alloc.usage)
+
+    cpdef bint _has_usage(self, unsigned int needed):
+        """Whether the allocation has every usage bit of ``needed`` (one C test)."""
+        return (self._alloc.usage & needed) == needed
 
     def __len__(self):
         return self.size
@@ -645,6 +665,8 @@ cdef class Buffer:
         if self.closed:
             return f"<Buffer closed, {self._nbytes} bytes>"
         meta = f", dtype={self._dtype}, shape={self._shape}" if self._dtype is not None else ""
+        if self._alloc.usage != BufferUsages.ALL.value:
+            meta += f", usage={usage_names(self._alloc.usage)}"
         return f"<Buffer 0x{self._ptr:x}, {self._nbytes} bytes{meta}, device {self.device.ordinal}, {kind}>"
 
 

@@ -1,6 +1,8 @@
-"""Who touched which bytes of device memory: the hazard bookkeeping of
-:class:`pycudadrv.Queue`, pure Python (no driver); also the queue's per-stream
-(``_Lane``) and per-capture (``_Mode``) ordering state.
+"""Who touched which bytes of device memory, pure Python (no driver): the
+byte range of a Buffer, a view or a CAI object (:func:`span`, what the Queue
+tracks), and :class:`RangeTracker`, the reference model of the Queue's hazard
+bookkeeping (the Queue itself runs its C twin in pycudadrv._queue; the tests
+check the two agree).
 
 A tracker holds disjoint byte ranges ``[lo, hi)`` of the (unified) device
 address space; each has the last submission that wrote it and, per lane
@@ -10,7 +12,6 @@ object with ``seq`` (issue order), ``lane`` (hashable) and ``done``.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import deque
 
 import numpy as np
 
@@ -247,34 +248,3 @@ class RangeTracker:
                 keep.append(s)
         self.starts = keep
         self.limit = max(1024, 2 * len(keep))
-
-
-class _Lane:
-    """A stream the queue issues on: a pool stream, or a foreign one (a
-    Dispatch's encoder stream, a stream given by ``stream=``)."""
-
-    __slots__ = ("index", "stream", "inflight", "owned")
-
-    def __init__(self, index, stream, owned):
-        self.index = index
-        self.stream = stream
-        self.owned = owned
-        self.inflight = deque()    # Submissions not yet seen complete, in issue order
-
-    def __repr__(self):
-        return f"<lane {self.index} {self.stream!r}>"
-
-
-class _Mode:
-    """The ordering state of eager work, or of one capture in progress."""
-
-    __slots__ = ("tracker", "seen", "graph", "fork", "joined", "loads", "tails")
-
-    def __init__(self, graph=None, fork=None):
-        self.tracker = RangeTracker()
-        self.seen = {}          # consumer lane -> {producer lane: highest seq already waited for}
-        self.graph = graph      # the CapturedGraph being captured, or None (eager)
-        self.fork = fork        # the event the capture forks from
-        self.joined = set()     # lanes that joined the capture
-        self.loads = {}         # lane -> submissions during the capture (greedy choice)
-        self.tails = {}         # lane -> the last submission issued on it

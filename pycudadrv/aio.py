@@ -5,28 +5,48 @@
 ...     await aio.launch(fn, grid, block, y, x, n)      # the stream comes from the device policy
 ...     await aio.wait(stream)                           # everything queued on `stream` so far
 ...     await q.launch(fn2, grid, block, y)              # a Queue submission
+...     fut = aio.launch(fn, grid, block, y, x, n, lazy=True)   # nothing launched yet
+...     await fut                                        # launched here; a launch error raises here
 
-Nothing blocks a thread per pending future. Completion comes one of two ways
-(:func:`set_completion`):
+Nothing blocks a thread per pending future. Completion comes one of four ways
+(:func:`set_completion`; the default from ``PYCUDADRV_AIO_COMPLETION``, else
+``"spin"``):
 
-* ``"host_func"`` (default): the stream's event is waited for by a private
-  signal stream (one per user stream, so the user's stream never waits for
-  Python), which runs a host function (``cuLaunchHostFunc``) on a driver
-  thread; it only calls ``loop.call_soon_threadsafe``. The driver skips host
-  functions once the context has faulted, so a slow watchdog
-  (``cuEventQuery`` every ``watchdog_ms``) finds faults.
+* ``"spin"`` (default): one native waiter thread per device
+  (``pycudadrv._waiter``, no GIL) takes the pending events in the order they
+  were armed and waits for each (``cuEventSynchronize``; the driver
+  spin-waits for these events, made without ``CU_EVENT_BLOCKING_SYNC``), then
+  writes an eventfd the loop watches (``loop.add_reader``). A core is busy
+  only while awaited work is pending; idle, the thread sleeps on a condition
+  variable.
+* ``"blocking"``: the same thread, but it sleeps in the driver until the GPU
+  is done (a ``CU_EVENT_BLOCKING_SYNC`` event recorded behind the work on a
+  private stream): saves the core, costs wake-up latency.
+* ``"host_func"``: the stream's event is waited for by a private signal
+  stream (one per user stream, so the user's stream never waits for Python),
+  which runs a host function (``cuLaunchHostFunc``) on a driver thread; it
+  only calls ``loop.call_soon_threadsafe``. The driver skips host functions
+  once the context has faulted, so a slow watchdog (``cuEventQuery`` every
+  ``watchdog_ms``) finds faults.
 * ``"poll"``: one task per event loop queries the pending events
   (``cuEventQuery``), yielding to the loop between sweeps: with
   ``asyncio.sleep(0)`` for ``spin_us`` after the last completion, then every
   ``interval_ms``.
 
-``bench/await_latency.py`` measures both (median and p99 of completion to
-resumption) against a blocking ``synchronize()``.
+``bench/await_latency.py`` measures every mode (median and p99 of completion to
+resumption, CPU per await) against a blocking ``synchronize()`` and C floors.
 
-Errors: once the work reports completion its event is queried; a fault raises
-CudaError (naming the awaited work) in the tasks awaiting it and nowhere else.
-Cancelling an awaiting task never touches the GPU work: the future stays
-registered, keeping the launch's arguments alive, until the GPU has finished.
+Lazy futures: ``launch(..., lazy=True)`` and ``submit(..., lazy=True)``
+return a future whose work is submitted at its first ``await`` (or
+:meth:`GpuFuture.submit`, or ``result()``), once; errors of the launch or the
+policy then come back through the future, raised at every ``await``.
+
+Errors: a fault raises CudaError (naming the awaited work) in the tasks
+awaiting it and nowhere else. Cancelling an awaiting task never touches the
+GPU work: the future stays registered, keeping the launch's arguments alive,
+until the GPU has finished. A loop closed with futures pending leaves them
+pending: ``result()`` and ``done()`` still work, and awaiting them in another
+loop arms them there.
 
 Works under asyncio and anyio's asyncio backend; trio has no asyncio loop
 and is not supported.
@@ -34,6 +54,7 @@ and is not supported.
 from __future__ import annotations
 
 import math
+import os
 import time
 import weakref
 from collections import deque
@@ -41,18 +62,23 @@ from collections import deque
 import numpy as np
 
 from pycudadrv._device import Device, get_current_device
+from pycudadrv._env import env_word
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, StateError
 from pycudadrv._event import Event
 from pycudadrv._launch import PreparedLaunch
 from pycudadrv._stream import Stream
 from pycudadrv._uninit import initialised, missing
+from pycudadrv import _waiter
 
 __all__ = ["GpuFuture", "DevicePolicy", "wait", "launch", "submit", "policy", "set_policy", "set_completion",
            "get_completion"]
 
-_PENDING, _DONE, _FAILED = 0, 1, 2
-_MODES = ("host_func", "poll")
-_config = {"mode": "host_func", "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
+_PENDING, _DONE, _FAILED, _DEFERRED = 0, 1, 2, 3
+_MODES = ("spin", "blocking", "host_func", "poll")
+_WAITER_MODES = ("spin", "blocking")
+
+
+_config = {"mode": env_word("PYCUDADRV_AIO_COMPLETION", _MODES, "spin"), "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
 _events: dict = {}          # device ordinal -> [Event(timing=False)] ready for reuse
 _signal_streams: dict = {}  # user stream handle -> private signal Stream (host_func mode)
 _misc_signal: dict = {}     # device ordinal -> [Streams] for events of unknown streams, and a turn counter
@@ -62,12 +88,14 @@ _completers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None, spin_us: float | None = None,
                    interval_ms: float | None = None) -> dict:
-    """Choose how awaited work reports completion: ``"host_func"`` or
-    ``"poll"`` (see the module docs), and its timings in ms / us. Returns the
-    previous settings (a dict; ``set_completion(**prev)`` restores them).
-    Applies to futures armed from now on. Raises ArgumentValueError for an
-    unknown mode or a time that is not a positive finite number; a refused
-    call changes nothing."""
+    """Choose how awaited work reports completion: ``"spin"`` (default),
+    ``"blocking"``, ``"host_func"`` or ``"poll"`` (see the module docs), and
+    the timings of the last two in ms / us (``watchdog_ms``: host_func's fault
+    watchdog; ``spin_us``, ``interval_ms``: poll's). Returns the previous
+    settings (a dict; ``set_completion(**prev)`` restores them). Applies to
+    futures armed from now on. Raises ArgumentValueError for an unknown mode
+    or a time that is not a positive finite number; a refused call changes
+    nothing."""
     prev = dict(_config)
     new = dict(_config)          # every argument is checked before any takes effect
     if mode is not None:
@@ -120,10 +148,13 @@ class GpuFuture:
 
     ``await fut`` resumes the task once the work has finished, or raises its
     CudaError. :meth:`done` asks without blocking, :meth:`result` blocks the
-    thread (``cuEventSynchronize``). ``label`` names the work."""
+    thread (``cuEventSynchronize``). ``label`` names the work. A lazy future
+    (``lazy=True``) submits its work at the first ``await``, :meth:`submit`
+    or :meth:`result`; until then ``stream`` is None and :meth:`done` is
+    False."""
 
     __slots__ = ("label", "stream", "_event", "_keep", "_state", "_error", "_waiters", "_armed", "_ordered",
-                 "_exposed", "_key", "__weakref__")
+                 "_exposed", "_key", "_thunk", "_waiting", "__weakref__")
 
     def __init__(self, label, stream, event, keep=None, *, ordered=False, exposed=True):
         self.label = label
@@ -137,60 +168,123 @@ class GpuFuture:
         self._ordered = ordered  # recorded just now on `stream`: completes in order with that stream's others
         self._exposed = exposed  # the event belongs to someone else: never reuse it
         self._key = None         # its group in the completer
+        self._thunk = None       # a lazy future's submission: () -> (stream, keep)
+        self._waiting = 0        # waits of waiter threads still holding its event's handle
+
+    @classmethod
+    def _deferred(cls, label, thunk):
+        gf = cls(label, None, None, None, ordered=True, exposed=False)
+        gf._state = _DEFERRED
+        gf._thunk = thunk
+        return gf
+
+    def submit(self) -> "GpuFuture":
+        """Submit a lazy future's work now (once; a no-op for any other future
+        or a second call); returns self. An error of the launch or of the
+        device policy is kept and raised by ``await`` / :meth:`result`."""
+        if self._state != _DEFERRED:
+            return self
+        thunk, self._thunk = self._thunk, None
+        self._state = _PENDING
+        try:
+            stream, keep = thunk()
+            self.stream, self._keep = stream, keep      # (kept even if the record below fails)
+            self._event = _recorded_event(self.label, stream)
+        except Exception as err:     # launch, policy or record errors come back through the future
+            self._error = err
+            self._state = _FAILED
+            return self
+        loop = _running_loop()
+        if loop is not None:
+            _completer(loop).arm(self)
+        return self
 
     @property
     def event(self) -> Event:
-        """The Event recorded after the work (never reused once asked for)."""
+        """The Event recorded after the work (never reused once asked for); a
+        lazy future is submitted first (its error raised here)."""
+        if self._state == _DEFERRED:
+            self.submit()
+        if self._event is None and self._state == _FAILED:
+            raise self._error
         self._exposed = True
         return self._event
 
-    def _check(self) -> bool:
-        """Finish the future if its event completed (or failed); whether it is finished."""
-        if self._state != _PENDING:
-            return True
-        try:
-            if not self._event.query():
-                return False
-        except CaptureError:
-            return False
-        except CudaError as err:
+    def _fail(self, err):
+        if isinstance(err, CudaError):
             self._error = CudaError(err.code, err.name, err.description, err.call,
                                     f"asynchronous error of {self.label}" + (f" on {self.stream!r}" if self.stream
                                                                              is not None else "")
                                     + (f"\n{err.context}" if err.context else ""))
             self._error.__cause__ = err
-            self._finish(_FAILED)
-            return True
-        except Exception as err:    # e.g. the event was closed: the waiters get the error, the loop goes on
+        else:                       # e.g. the event was closed: the waiters get the error, the loop goes on
             self._error = err
-            self._finish(_FAILED)
+        self._finish(_FAILED)
+
+    def _check(self) -> bool:
+        """Finish the future if its event completed (or failed); whether it is finished."""
+        if self._state != _PENDING:
+            return self._state != _DEFERRED
+        try:
+            if not self._event.query():
+                return False
+        except CaptureError:
+            return False
+        except Exception as err:
+            self._fail(err)
             return True
         self._finish(_DONE)
         return True
 
+    def _waited(self, status):
+        """A waiter thread finished its wait for this future's event (on the loop): CUresult ``status``."""
+        self._waiting -= 1
+        if self._state == _PENDING:
+            if status == 0:
+                self._finish(_DONE)
+                return
+            err = _waiter.error(status, "cuEventSynchronize", f"waiting for {self.label}")
+            try:
+                self._event.query()      # a fault of the work is the query's error too (sticky)
+            except CaptureError:
+                pass
+            except Exception as e:
+                err = e
+            self._fail(err)
+        elif self._state == _DONE:
+            self._recycle()
+
+    def _recycle(self):
+        if not self._exposed and not self._waiting and self._event is not None:
+            _events.setdefault(self._event.device.ordinal, []).append(self._event)
+            self._event = None
+
     def _finish(self, state):
         self._state = state
         waiters, self._waiters = self._waiters, []
+        running = _running_loop() if waiters else None
         for fut in waiters:
             if fut.done():
                 continue
             loop = fut.get_loop()
-            if loop is _running_loop():
+            if loop is running:
                 fut.set_result(None)
             else:
                 loop.call_soon_threadsafe(_resolve, fut)
         self._keep = None
-        if state == _DONE and not self._exposed:
-            _events.setdefault(self._event.device.ordinal, []).append(self._event)
-            self._event = None
+        if state == _DONE:
+            self._recycle()
 
     def done(self) -> bool:
-        """True once the work has finished or failed; never blocks (``cuEventQuery``)."""
+        """True once the work has finished or failed; never blocks (``cuEventQuery``).
+        False for a lazy future not submitted yet."""
         return self._check()
 
     def result(self):
-        """Block the thread until the work finishes (``cuEventSynchronize``);
-        raises its CudaError if it failed."""
+        """Block the thread until the work finishes (``cuEventSynchronize``;
+        a lazy future is submitted first); raises its CudaError if it failed."""
+        if self._state == _DEFERRED:
+            self.submit()
         if self._state == _PENDING:
             try:
                 self._event.synchronize()
@@ -210,6 +304,8 @@ class GpuFuture:
         return None
 
     def __await__(self):
+        if self._state == _DEFERRED:
+            self.submit()
         if self._state == _PENDING and not self._check():
             loop = _running_loop()
             if loop is None:
@@ -218,9 +314,10 @@ class GpuFuture:
             if self._armed is not loop:
                 self._ordered = False        # armed late: other futures of its stream may be behind it
                 _completer(loop).arm(self)
-            fut = loop.create_future()
-            self._waiters.append(fut)
-            yield from fut
+            if self._state == _PENDING:      # (arming can fail it: a closed event)
+                fut = loop.create_future()
+                self._waiters.append(fut)
+                yield from fut
         if self._state == _FAILED:
             raise self._error
         return None
@@ -231,7 +328,7 @@ class GpuFuture:
     def __repr__(self):
         if not initialised(self, "_state"):
             return "<GpuFuture not initialised (made by GpuFuture.__new__)>"
-        state = ("pending", "done", "failed")[self._state]
+        state = ("pending", "done", "failed", "deferred (lazy, not submitted)")[self._state]
         return f"<GpuFuture {self.label}, {state}>"
 
 
@@ -244,14 +341,25 @@ class _Completer:
     """The futures one event loop waits for, and how it learns they finished."""
 
     def __init__(self, loop):
-        self.loop = loop
+        self._loop = weakref.ref(loop)   # the loop keeps its completer alive in _completers, not the reverse
         self.groups = {}        # key -> deque of GpuFutures (one stream's, in record order, or a lone one)
         self.count = 0
         self.timer = None       # the watchdog's TimerHandle (host_func mode)
         self.task = None        # the polling task (poll mode)
         self.last_progress = 0.0
+        self.channel = None     # where the waiter threads hand over finished waits (spin, blocking)
+        self.waits = {}         # token -> GpuFuture, while a waiter thread waits for it
+        self.next_token = 1
+
+    @property
+    def loop(self):
+        return self._loop()
 
     def arm(self, gf):
+        mode = _config["mode"]
+        if mode in _WAITER_MODES:
+            self._arm_waiter(gf, mode == "blocking")
+            return
         gf._armed = self.loop
         key = gf._key = gf.stream.handle if (gf._ordered and gf.stream is not None) else id(gf)
         dq = self.groups.get(key)
@@ -272,6 +380,38 @@ class _Completer:
             self.last_progress = time.perf_counter()
             if self.task is None or self.task.done():
                 self.task = self.loop.create_task(self._poll())
+
+    def _arm_waiter(self, gf, blocking):
+        """Queue gf's event with its device's waiter thread; the channel's reader resolves it."""
+        loop = self.loop
+        ch = self.channel
+        if ch is None:
+            ch = _waiter.Channel()
+            loop.add_reader(ch.fileno(), self._ready)
+            self.channel = ch
+        token = self.next_token
+        self.next_token = token + 1
+        try:
+            _waiter_for(gf._event.device).submit(gf._event, ch, token, blocking)
+        except Exception as err:     # a closed event, no thread could be started: the awaiting tasks get it
+            gf._fail(err)
+            return
+        gf._armed = loop
+        gf._waiting += 1
+        self.waits[token] = gf
+
+    def _ready(self):
+        """The channel's reader, on the loop: finish the futures whose waits came back."""
+        waits = self.waits
+        for item in self.channel.take():
+            if item.__class__ is int:
+                gf = waits.pop(item, None)
+                if gf is not None:
+                    gf._waited(0)
+            else:
+                gf = waits.pop(item[0], None)
+                if gf is not None:
+                    gf._waited(item[1])
 
     def _signaled(self, gf):
         """On the loop, after gf's host function ran: finish it and what is before it."""
@@ -331,6 +471,20 @@ def _post(loop, fn, arg):
         pass
 
 
+def _waiter_for(device):
+    return _waiter.waiter_for(device)
+
+
+def _forget_after_fork():
+    """In a forked child: the parent's loops and channels are never touched (asyncio itself does not
+    survive a fork with a running loop); a loop the child runs gets a new completer and waiter."""
+    global _completers
+    _completers = weakref.WeakKeyDictionary()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _completer(loop) -> _Completer:
     c = _completers.get(loop)
     if c is None:
@@ -356,7 +510,8 @@ def _as_stream(stream, device) -> Stream:
     return stream if isinstance(stream, Stream) else Stream.from_handle(stream, device)
 
 
-def _new_future(label, stream, keep, ordered=True):
+def _recorded_event(label, stream) -> Event:
+    """A pooled event recorded now on ``stream``, after the work of ``label``."""
     ev = _event(stream.device)
     try:
         ev.record(stream)
@@ -364,11 +519,23 @@ def _new_future(label, stream, keep, ordered=True):
         raise CudaError(err.code, err.name, err.description, err.call,
                         f"asynchronous error found right after queueing {label} on {stream!r} (by it or by "
                         "earlier work)" + (f"\n{err.context}" if err.context else "")) from err
-    gf = GpuFuture(label, stream, ev, keep, ordered=ordered, exposed=False)
+    return ev
+
+
+def _new_future(label, stream, keep, ordered=True):
+    gf = GpuFuture(label, stream, _recorded_event(label, stream), keep, ordered=ordered, exposed=False)
     loop = _running_loop()
     if loop is not None:
         _completer(loop).arm(gf)
     return gf
+
+
+def _future(label, thunk, lazy) -> GpuFuture:
+    """Run ``thunk`` (-> stream, what to keep alive) now and return its future, or defer it (lazy)."""
+    if lazy:
+        return GpuFuture._deferred(label, thunk)
+    stream, keep = thunk()
+    return _new_future(label, stream, keep)
 
 
 class DevicePolicy:
@@ -411,11 +578,15 @@ class DevicePolicy:
 def policy(device=None) -> DevicePolicy:
     """The device's policy (a round-robin :class:`DevicePolicy` over 4
     streams, made on first use, unless :func:`set_policy` gave another)."""
-    dev = get_current_device() if device is None else (device if isinstance(device, Device) else Device(device))
+    dev = _device(device)
     p = _policies.get(dev.ordinal)
     if p is None:
         p = _policies[dev.ordinal] = DevicePolicy(dev)
     return p
+
+
+def _device(device):
+    return get_current_device() if device is None else (device if isinstance(device, Device) else Device(device))
 
 
 def set_policy(new, device=None):
@@ -424,50 +595,64 @@ def set_policy(new, device=None):
     if not callable(getattr(new, "next_stream", None)):
         raise ArgumentTypeError(f"aio.set_policy: the policy needs a next_stream() method, got {type(new).__name__}")
     prev = policy(device)
-    _policies[prev.device.ordinal] = new
+    _policies[_device(device).ordinal] = new      # (a policy of set_policy need not have a .device)
     return prev
 
 
-def launch(fn, grid, block, *args, stream=None, **launch_kw) -> GpuFuture:
-    """Launch ``fn`` now (as :meth:`Function.launch`, with ``launch_kw``) on
+def launch(fn, grid, block, *args, stream=None, lazy=False, **launch_kw) -> GpuFuture:
+    """Launch ``fn`` (as :meth:`Function.launch`, with ``launch_kw``) on
     ``stream`` or the device policy's next stream; returns a
     :class:`GpuFuture` that keeps ``args`` alive until the GPU is done.
-    Raises what :meth:`Function.launch` raises."""
-    if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "device", None), Device):
-        raise ArgumentTypeError(f"aio.launch takes a Function (module.function(name)) and its arguments, got "
-                                f"{type(fn).__name__} {fn!r:.40}")
-    s = policy(fn.device).next_stream() if stream is None else _as_stream(stream, fn.device)
-    fn.launch(grid, block, *args, stream=s, **launch_kw)
-    return _new_future(f"kernel '{fn.name}'", s, args)
+
+    Eager (default): launched now; raises what :meth:`Function.launch`
+    raises (and ArgumentTypeError for ``fn`` not a Function). ``lazy=True``:
+    nothing happens until the future's first ``await`` (or ``.submit()``,
+    ``.result()``), which picks the stream and launches, once; every error of
+    that (a bad ``fn`` or argument, the policy's, the driver's) is raised by
+    the ``await`` instead of this call. The future holds ``args`` from now."""
+    def run():
+        if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "device", None), Device):
+            raise ArgumentTypeError(f"aio.launch takes a Function (module.function(name)) and its arguments, got "
+                                    f"{type(fn).__name__} {fn!r:.40}")
+        s = policy(fn.device).next_stream() if stream is None else _as_stream(stream, fn.device)
+        fn.launch(grid, block, *args, stream=s, **launch_kw)
+        return s, args
+    return _future(f"kernel '{getattr(fn, 'name', '?')}'", run, lazy)
 
 
-def submit(prepared, *, stream=None) -> GpuFuture:
-    """Launch a :class:`PreparedLaunch` now, on its bound stream or on
-    ``stream`` (``PreparedLaunch.launch_on``); returns a :class:`GpuFuture`
-    that keeps it (and its arguments) alive until the GPU is done.
+def submit(prepared, *, stream=None, lazy=False) -> GpuFuture:
+    """Launch a :class:`PreparedLaunch` on its bound stream or on ``stream``
+    (``PreparedLaunch.launch_on``); returns a :class:`GpuFuture` that keeps it
+    (and its arguments) alive until the GPU is done. ``lazy=True`` defers the
+    launch to the first ``await`` as in :func:`launch` (errors raised there).
 
     Raises ArgumentTypeError for anything but a PreparedLaunch (a Function
     goes to :func:`launch` with its arguments, or is bound first:
-    ``fn.bind(grid, block, *args)``)."""
-    if not isinstance(prepared, PreparedLaunch):
-        hint = " (a Function: aio.launch(fn, grid, block, *args), or fn.bind(...) first)" \
-            if callable(getattr(prepared, "bind", None)) else ""
-        raise ArgumentTypeError(f"aio.submit takes a PreparedLaunch (fn.bind(grid, block, *args)), got "
-                                f"{type(prepared).__name__}{hint}")
-    if stream is None:
-        prepared.launch()
-        s = prepared.stream
-    else:
+    ``fn.bind(grid, block, *args)``), and what the launch raises."""
+    def run():
+        if not isinstance(prepared, PreparedLaunch):
+            hint = " (a Function: aio.launch(fn, grid, block, *args), or fn.bind(...) first)" \
+                if callable(getattr(prepared, "bind", None)) else ""
+            raise ArgumentTypeError(f"aio.submit takes a PreparedLaunch (fn.bind(grid, block, *args)), got "
+                                    f"{type(prepared).__name__}{hint}")
+        if stream is None:
+            prepared.launch()
+            return prepared.stream, prepared
         s = _as_stream(stream, prepared.function.device)
         prepared.launch_on(s)
-    return _new_future(f"kernel '{prepared.function.name}' (prepared)", s, prepared)
+        return s, prepared
+    name = prepared.function.name if isinstance(prepared, PreparedLaunch) else "?"
+    return _future(f"kernel '{name}' (prepared)", run, lazy)
 
 
 def wait(what) -> GpuFuture:
     """An awaitable for ``what``: an :class:`Event` (once its recorded work is
     done), a :class:`Stream` (the work queued on it so far: an event is
-    recorded now), a :class:`pycudadrv.Submission` of a Queue, or a
-    GpuFuture (returned as it is).
+    recorded now), a GpuFuture (returned as it is), or any piece of work with
+    the awaitable-work protocol of a :class:`pycudadrv.Submission` of a
+    Queue: ``label`` (str), ``stream`` (its Stream), ``done`` (True once known
+    finished; a bool or a method) and ``event`` (the Event recorded after it;
+    may raise StateError). The future keeps ``what`` alive until it is done.
 
     Raises ArgumentTypeError for anything else; StateError for an Event never
     recorded or a submission that was captured into a graph."""
@@ -480,11 +665,14 @@ def wait(what) -> GpuFuture:
             raise StateError("aio.wait(event): the event was never recorded; record it on a stream first")
         gf = GpuFuture("an event", None, what, None)
     else:
-        from pycudadrv.queue import Submission
-        if not isinstance(what, Submission):
-            raise ArgumentTypeError(f"aio.wait: expected an Event, a Stream, a Queue Submission or a GpuFuture, got "
-                                    f"{type(what).__name__}")
-        if what.done:
+        if not (all(hasattr(what, a) for a in ("label", "stream", "done"))     # .event may raise: not asked
+                and (hasattr(type(what), "event") or "event" in getattr(what, "__dict__", ()))):
+            raise ArgumentTypeError(f"aio.wait: expected an Event, a Stream, a Queue Submission (anything with "
+                                    f"label, stream, done and event) or a GpuFuture, got {type(what).__name__}")
+        done = what.done
+        if callable(done):
+            done = done()
+        if done:
             gf = GpuFuture(what.label, what.stream, None, what)
             gf._state = _DONE
             return gf

@@ -36,16 +36,20 @@ OTHER_VARIABLES = {
 
 #: How pycudadrv reads each of its variables, so that the report can flag a value that is not used as
 #: given: "switch" (1/0, true/false, yes/no, on/off; another value warns and the default applies),
-#: "strict switch" (the same spellings; another value raises), ("int", minimum), "devices", "cache dir",
-#: "library" (a name for the loader or a path) and "path" (any text).
+#: "strict switch" (the same spellings; another value raises), ("int", minimum[, maximum]), ("switch or", words)
+#: (a switch that also takes those words), ("choice", words), "devices", "cache dir", "library" (a name for the
+#: loader or a path) and "path" (any text).
 VARIABLE_KINDS: dict[str, Any] = {
     "PYCUDADRV_LIBCUDA": "library", "PYCUDADRV_NVRTC": "library", "PYCUDADRV_NVJITLINK": "library",
     "PYCUDADRV_NVFATBIN": "library", "PYCUDADRV_CACHE": "switch", "PYCUDADRV_CACHE_DIR": "cache dir",
-    "PYCUDADRV_CACHE_MAX_BYTES": ("int", 0), "PYCUDADRV_PROFILE": "switch", "PYCUDADRV_TRACE": "switch",
+    "PYCUDADRV_CACHE_MAX_BYTES": ("int", 0), "PYCUDADRV_PROFILE": ("switch or", ("events", "host")), "PYCUDADRV_TRACE": "switch",
     "PYCUDADRV_NVTX": "switch", "PYCUDADRV_PERSISTENT_BLOCKS": ("int", 1), "PYCUDADRV_INDIRECT_SYNC": "switch",
     "PYCUDADRV_INDIRECT_TRACE": "switch", "PYCUDADRV_GRAPH_DOT": "path", "PYCUDADRV_ALLOC_TRACE": "switch",
     "PYCUDADRV_DEVICES": "devices", "PYCUDADRV_DEBUG": "switch", "PYCUDADRV_CUDNN": "switch",
+    "PYCUDADRV_CUDNN_PATH": "library",
     "PYCUDADRV_MPI_CUDA_AWARE": "strict switch", "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "switch",
+    "PYCUDADRV_AIO_COMPLETION": ("choice", ("spin", "blocking", "host_func", "poll")),
+    "PYCUDADRV_QUEUE_STREAMS": ("int", 1, 1024), "PYCUDADRV_QUEUE_POLICY": ("choice", ("greedy", "round_robin")),
 }
 
 #: Optional libraries reported under "optional libraries": (title, pycudadrv module, probes, library
@@ -283,6 +287,15 @@ def value_problem(name: str, raw: str) -> str | None:
         then = ("pycudadrv.mpi.detect_cuda_aware() raises ArgumentValueError" if kind == "strict switch"
                 else "it warns once and the default applies")
         return f"not a switch (1/0, true/false, yes/no, on/off): {then}"
+    if isinstance(kind, tuple) and kind[0] == "switch or":
+        if not v or v.lower() in _TRUE | _FALSE | set(kind[1]):
+            return None
+        return f"not a switch (1/0, true/false, yes/no, on/off) nor one of {', '.join(kind[1])}: it warns once and " \
+               "the default applies"
+    if isinstance(kind, tuple) and kind[0] == "choice":
+        if not v or v.lower() in kind[1]:
+            return None
+        return f"not one of {', '.join(kind[1])}: it warns once and the default applies"
     if isinstance(kind, tuple):
         if not v:
             return None
@@ -290,7 +303,11 @@ def value_problem(name: str, raw: str) -> str | None:
             n = int(v, 0)
         except ValueError:
             return f"not an integer: it warns once and the default applies"
-        return None if n >= kind[1] else f"below the minimum {kind[1]}: it warns once and the default applies"
+        if n < kind[1]:
+            return f"below the minimum {kind[1]}: it warns once and the default applies"
+        if len(kind) > 2 and n > kind[2]:
+            return f"above the maximum {kind[2]}: it warns once and the default applies"
+        return None
     if kind == "devices":
         parts = [p.strip() for p in raw.split(",") if p.strip()]
         if not parts:

@@ -10,10 +10,12 @@
 >>> float(out.to_numpy()[0, 0])
 256.0
 
-cuDNN v9 (``libcudnn.so.9``) is looked for in the ``nvidia-cudnn-cu13`` wheel
-(``pip install pycudadrv[cudnn]``), beside PyTorch, then by the system loader,
-on first use: ``import pycudadrv`` and ``import pycudadrv.cudnn`` never touch
-it. ``PYCUDADRV_CUDNN=0`` (or :func:`set_enabled`) switches it off. A plan is
+cuDNN v9 (``libcudnn.so.9``) is looked for on first use (``import pycudadrv``
+and ``import pycudadrv.cudnn`` never touch it): ``$PYCUDADRV_CUDNN_PATH`` alone
+when set, else the ``nvidia-cudnn-cu13`` wheel (``pip install pycudadrv[cudnn]``),
+beside PyTorch, the system loader, then :data:`SYSTEM_PATHS`
+(:func:`search_order`). ``PYCUDADRV_CUDNN=0`` (or :func:`set_enabled`) switches
+it off; ``PYCUDADRV_DEBUG=1`` logs the load or why it failed. A plan is
 built once through the cuDNN backend API (tensors, matmul operation, operation
 graph, instant heuristics, execution plan, workspace) and cached by shapes,
 dtype, compute type and device; calling it checks the operands and makes one
@@ -41,13 +43,13 @@ import numpy as np
 
 from pycudadrv import _cudnn
 from pycudadrv._cudnn import MatmulPlan
-from pycudadrv._env import env_flag
+from pycudadrv._env import debug_log, env_flag
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudnnError, CudnnUnavailableError,
                                NotSupportedError)
 
 __all__ = ["MatmulPlan", "matmul_plan", "is_available", "require", "unavailable_reason", "enabled",
            "set_enabled", "version", "library_path", "clear_cache", "tf32_override", "LIBRARY", "PIP_PACKAGE",
-           "MIN_VERSION", "TF32_OVERRIDE_VARIABLE"]
+           "MIN_VERSION", "TF32_OVERRIDE_VARIABLE", "PATH_VARIABLE", "SYSTEM_PATHS", "search_order"]
 
 #: The library looked for (cuDNN v9's front library; it loads its sub-libraries itself).
 LIBRARY = "libcudnn.so.9"
@@ -55,6 +57,11 @@ LIBRARY = "libcudnn.so.9"
 PIP_PACKAGE = "nvidia-cudnn-cu13"
 #: The oldest cuDNN pycudadrv drives (the v9 backend API as it uses it).
 MIN_VERSION = (9, 0, 0)
+#: The environment variable naming the library to load (a path or a name; when set, the only one tried).
+PATH_VARIABLE = "PYCUDADRV_CUDNN_PATH"
+#: Where a system install of cuDNN lives (distribution packages, tarballs), tried after the system loader.
+SYSTEM_PATHS = ("/usr/lib/x86_64-linux-gnu/libcudnn.so.9", "/usr/local/lib/libcudnn.so.9", "/usr/lib/libcudnn.so.9",
+                "/usr/local/cuda/lib64/libcudnn.so.9", "/opt/cuda/lib64/libcudnn.so.9", "/opt/cudnn/lib/libcudnn.so.9")
 #: NVIDIA's environment variable that, set to 0 before NVIDIA's libraries load, keeps TF32 out of them.
 TF32_OVERRIDE_VARIABLE = "NVIDIA_TF32_OVERRIDE"
 
@@ -76,6 +83,7 @@ _error: CudnnUnavailableError | None = None   # a failed load is reported again,
 _override: bool | None = None      # set_enabled()
 _tf32_override_at_load: bool | None = None   # NVIDIA_TF32_OVERRIDE was "0" when cuDNN was loaded
 _plans: dict = {}
+_off_logged: list[bool] = []      # the debug log said once that cuDNN is switched off
 
 
 # --------------------------------------------------------------------------- the switch
@@ -127,10 +135,10 @@ def _nvidia_dirs() -> list[str]:
 
 
 def _library_candidates() -> list[str]:
-    """Where libcudnn.so.9 is looked for, in order: the nvidia-cudnn-cu13 wheel
-    (``nvidia/cudnn/lib``, or ``nvidia/cu13/lib``), PyTorch's own ``lib``
-    folder (found without importing it), then the bare name for the system
-    loader (LD_LIBRARY_PATH, ldconfig)."""
+    """Where libcudnn.so.9 is looked for, in order (see :func:`search_order`)."""
+    env = os.environ.get(PATH_VARIABLE, "").strip()
+    if env:
+        return [os.path.expanduser(env)]
     out = []
     for base in _nvidia_dirs():
         for sub in ("cudnn/lib", "cu13/lib"):
@@ -145,22 +153,39 @@ def _library_candidates() -> list[str]:
         p = os.path.join(loc, "lib", LIBRARY)
         if os.path.isfile(p):
             out.append(p)
-    out.append(LIBRARY)
-    return out
+    return list(dict.fromkeys([*out, LIBRARY, *SYSTEM_PATHS]))
+
+
+def search_order() -> list[str]:
+    """The libraries cuDNN is loaded from, first that loads wins: the path in
+    ``$PYCUDADRV_CUDNN_PATH`` alone when it is set (no fallback); else the
+    ``nvidia-cudnn-cu13`` wheel's (``nvidia/cudnn/lib``, ``nvidia/cu13/lib``)
+    and PyTorch's ``lib`` folder (found without importing it), each where the
+    file exists, then the bare name for the system loader (LD_LIBRARY_PATH,
+    ldconfig), then :data:`SYSTEM_PATHS`. Loads nothing."""
+    return _library_candidates()
 
 
 def _open() -> tuple[Any, str]:
     tried = []
     for cand in _library_candidates():
         try:
-            return ctypes.CDLL(cand), cand
+            lib = ctypes.CDLL(cand)
         except OSError as e:
             tried.append(f"{cand} ({e})")
+            continue
+        return lib, cand
+    env = os.environ.get(PATH_VARIABLE, "").strip()
+    if env:
+        raise CudnnUnavailableError(
+            f"cuDNN not found: {PATH_VARIABLE}={env!r} could not be loaded ({'; '.join(tried)}); when it is set "
+            f"nothing else is tried: point it at {LIBRARY} or unset it to search the wheels and system paths")
     wheels = ", ".join(os.path.join(b, "cudnn", "lib") for b in _nvidia_dirs()) or "no nvidia-* wheel installed"
     raise CudnnUnavailableError(
         f"cuDNN not found: {LIBRARY} could not be loaded (looked in the {PIP_PACKAGE} wheel: {wheels}; "
-        f"then the system loader: {'; '.join(tried)}). Install it with `pip install {PIP_PACKAGE}` "
-        "(or `pip install pycudadrv[cudnn]`), or switch cuDNN off with PYCUDADRV_CUDNN=0.")
+        f"then tried, in order: {'; '.join(tried)}). Install it with `pip install {PIP_PACKAGE}` "
+        f"(or `pip install pycudadrv[cudnn]`), set {PATH_VARIABLE} to its path, or switch cuDNN off with "
+        "PYCUDADRV_CUDNN=0.")
 
 
 def _open_cublaslt(cudnn_path: str, cuda_major: int, shown: str) -> Any:
@@ -239,7 +264,9 @@ def _load() -> None:
             ver, blas = _adopt(lib, path)
         except CudnnUnavailableError as e:
             _error = e
+            debug_log("cuDNN", f"unavailable: {e}")
             raise
+        debug_log("cuDNN", f"loaded {path} (cuDNN {_fmt(ver)})")
         _lib, _blas, _path, _version, _tf32_override_at_load = lib, blas, path, ver, override
 
 
@@ -280,6 +307,9 @@ def require() -> None:
         cuBLASLt, which its matmul engines load, missing.
     """
     if not enabled():
+        if not _off_logged:
+            _off_logged.append(True)
+            debug_log("cuDNN", "not loaded: switched off (PYCUDADRV_CUDNN=0 or set_enabled(False))")
         raise CudnnUnavailableError(_OFF)
     _load()
 

@@ -28,7 +28,12 @@ An indirect dispatch runs one of three ways:
   device-updatable kernel node launched with the indirect pair): one block
   per workgroup (x*y*z of them, in x), or the device's grid limit in x when
   there are more, each block then taking several; no workgroup disables the
-  node for that replay. No host read-back, and no count is too large to run;
+  node for that replay. No host read-back, and no count is too large to run.
+  On sm_90+ the node is the update kernel's programmatic dependent (a PDL
+  edge: it launches as soon as its grid is set), and the update kernel that
+  of a kernel captured just before it; the dispatch's kernel needs no
+  ``griddepcontrol.wait`` for it, as the update kernel reads the counts only
+  once the work before it has finished;
 * outside a capture (or where the driver cannot update nodes), persistent: a
   fixed number of resident blocks (multiprocessor count x 16 by default;
   ``PYCUDADRV_PERSISTENT_BLOCKS`` or ``persistent_blocks=`` overrides it) and
@@ -70,6 +75,7 @@ from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
 from pycudadrv._kernel import dims3
 from pycudadrv._memory import Buffer
 from pycudadrv._sequence import DispatchBase
+from pycudadrv._usage import INDIRECT_BIT, missing_usage
 from pycudadrv._uninit import initialised, missing
 
 if TYPE_CHECKING:  # for annotations only
@@ -200,27 +206,45 @@ class Dispatch(DispatchBase):
         return args
 
     # -- launching ---------------------------------------------------------------------
-    def _prepared_for(self, grid: tuple, indirect: Buffer | None) -> Any:
-        key = (grid, indirect is not None, None if indirect is None else indirect.ptr)
+    def _prepared_for(self, grid: tuple, indirect: Buffer | None, programmatic: bool = False) -> Any:
+        # (programmatic: the GPU-driven node, a PDL dependent of its update kernel; never the
+        # prepared launch of a direct or persistent dispatch, which runs outside that pairing)
+        key = (grid, indirect is not None, None if indirect is None else indirect.ptr, programmatic)
         p = self._prepared.get(key)
         if p is None:
-            p = self.function.bind(grid, self.block, *self.arguments(indirect), stream=self._pass.encoder.stream)
+            p = self.function.bind(grid, self.block, *self.arguments(indirect), stream=self._pass.encoder.stream,
+                                   programmatic_dependent=programmatic)
             self._prepared[key] = p
         return p
 
     def _device_indirect(self, indirect: Buffer) -> None:
         """GPU-driven indirect dispatch inside a capture: an update kernel sets
-        the exact grid of a device-updatable node of this dispatch's kernel."""
-        from pycudadrv._loops import patch_kernel_node
+        the exact grid of a device-updatable node of this dispatch's kernel.
+        On sm_90+ that node is the update kernel's programmatic dependent
+        (a PDL edge: it launches once the update is made, not after the update
+        kernel has retired), and so is the update kernel of the kernel captured
+        just before it, if any; the dispatch's kernel itself reads nothing the
+        update kernel writes, and everything before the update kernel finished
+        before the update was made (the update kernel waits for it), so it
+        needs no ``griddepcontrol.wait``."""
+        from pycudadrv._loops import follows_kernel, patch_kernel_node
 
         stream = self._pass.encoder.stream
         dev = self.function.device
+        pdl = dev.compute_capability >= (9, 0)
         upd = self._indirect_update_kernel()
         max_x = np.uint32(dev.attribute("max_grid_dim_x"))
-        upd.launch(1, 1, np.uint64(0), indirect, max_x, stream=stream)
+        # After a kernel, the update kernel is that kernel's programmatic dependent too: it launches while
+        # its producer retires and waits for it (griddepcontrol.wait) before it reads the counts.
+        upd.launch(1, 1, np.uint64(0), indirect, max_x, stream=stream,
+                   programmatic_dependent=pdl and follows_kernel(stream))
         cap = stream.capture_state
         node = cap.last_kernel_node()
-        p = self._prepared_for((1, 1, 1), indirect)
+        # The update kernel is pycudadrv's own, as a device loop's condition kernel is: not a launch the
+        # graph's num_kernels counts or set_kernel_args may rewrite (its first argument is the node handle).
+        if node is not None:
+            cap.kernels.pop()
+        p = self._prepared_for((1, 1, 1), indirect, programmatic=dev.compute_capability >= (9, 0))
         devnode = p._launch_device_updatable()
         if node is None:
             raise ArgumentValueError("indirect dispatch in a capture: the update kernel's graph node was not "
@@ -254,6 +278,9 @@ class Dispatch(DispatchBase):
     def _dispatch_indirect(self, indirect: Buffer) -> None:
         if not isinstance(indirect, Buffer):
             raise ArgumentTypeError(f"indirect must be a Buffer of three u32, got {type(indirect).__name__}")
+        if not indirect._has_usage(INDIRECT_BIT):
+            raise missing_usage(indirect, INDIRECT_BIT, indirect.usage.value, f"Dispatch of '{self.function.name}', "
+                                "indirect=")
         if indirect.nbytes == 0:
             return
         if indirect.nbytes < 12:

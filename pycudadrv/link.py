@@ -21,12 +21,13 @@ import os
 import struct
 import queue
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Union
 
 from pycudadrv import _compile_cache
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LinkError, LinkerUnavailableError
-from pycudadrv.nvrtc import ObjectCode, _nvrtc_error, _parse_arch
+from pycudadrv._linklibs import _identity, _link_error, _load, _version, fatbin_image
+from pycudadrv.nvrtc import ObjectCode, _parse_arch
 from pycudadrv._textargs import _bool, _strings
 
 __all__ = ["Linker", "build_fatbin", "fatbin_entries", "nvjitlink_version", "nvfatbin_version",
@@ -52,104 +53,9 @@ FATBIN_KINDS = {1: "ptx", 2: "cubin", 8: "ltoir"}
 _DEVRT_SYMBOLS = ("__cudaCDP", "cudaGetParameterBuffer", "cudaLaunchDevice", "cudaCGGet", "cudaDeviceSynchronize",
                   "__cudaRegisterLinkedBinary", "cudaGetLastError")
 
-_libs: dict[str, tuple[ctypes.CDLL, str]] = {}
-_lock = threading.Lock()
+_lock = threading.Lock()   # the linker thread's start
 _linker_thread: threading.Thread | None = None
 _linker_jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]] = queue.SimpleQueue()
-
-
-def _link_error(message: str, log: str = "", code: int | None = None) -> LinkError:
-    err: LinkError = LinkError(message, log=log, code=code)  # type: ignore[no-untyped-call,unused-ignore]
-    return err
-
-
-def _candidates(stem: str, subdirs: Sequence[str], sonames: Sequence[str]) -> Iterable[str]:
-    try:
-        import nvidia  # type: ignore[import-untyped,import-not-found,unused-ignore]  # the nvidia-* wheels
-
-        for base in list(nvidia.__path__):
-            for sub in subdirs:
-                yield from sorted(glob.glob(os.path.join(base, sub, stem + ".so*")), reverse=True)
-    except ImportError:
-        pass
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            yield from sorted(glob.glob(os.path.join(root, "lib64", stem + ".so*")), reverse=True)
-    yield from sorted(glob.glob(f"/usr/local/cuda/lib64/{stem}.so*"), reverse=True)
-    yield from sonames
-
-
-def _load(what: str) -> tuple[ctypes.CDLL, str]:
-    """nvJitLink (``what="nvjitlink"``) or nvFatbin (``"nvfatbin"``), loaded once."""
-    got = _libs.get(what)
-    if got is not None:
-        return got
-    if what == "nvjitlink":
-        stem, env_var, probe, pkg = "libnvJitLink", "PYCUDADRV_NVJITLINK", "nvJitLinkCreate", "nvidia-nvjitlink"
-        subs = ("cu13/lib", "nvjitlink/lib", "cu12/lib")
-    else:
-        stem, env_var, probe, pkg = "libnvfatbin", "PYCUDADRV_NVFATBIN", "nvFatbinCreate", "nvidia-nvfatbin"
-        subs = ("cu13/lib", "nvfatbin/lib", "cu12/lib")
-    sonames = (f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so")
-    with _lock:
-        got = _libs.get(what)
-        if got is not None:
-            return got
-        env = os.environ.get(env_var)
-        cands = [env] if env else list(_candidates(stem, subs, sonames))
-        errors = []
-        for cand in cands:
-            try:
-                lib = ctypes.CDLL(cand)
-                getattr(lib, probe)
-            except (OSError, AttributeError) as e:
-                errors.append(str(e) if cand in str(e) else f"{cand}: {e}")   # dlerror() names the file itself
-                continue
-            _declare(lib, what)
-            _libs[what] = (lib, cand)
-            return lib, cand
-        name = "nvJitLink" if what == "nvjitlink" else "nvFatbin"
-        if env:
-            raise LinkerUnavailableError(f"{env_var}={env!r} is not a loadable {name} library: {errors[0]}")
-        raise LinkerUnavailableError(
-            f"{name} ({stem}) not found; looked at: {', '.join(cands)}. Install it with `pip install {pkg}` "
-            f"(a CUDA toolkit's lib64 works too), or set {env_var} to the library's path.")
-
-
-def _declare(lib: ctypes.CDLL, what: str) -> None:
-    P, S, C, U = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_uint
-    PP = ctypes.POINTER(P)
-    if what == "nvjitlink":
-        sigs: dict[str, list[Any]] = {
-            "nvJitLinkCreate": [PP, ctypes.c_uint32, ctypes.POINTER(C)], "nvJitLinkDestroy": [PP],
-            "nvJitLinkAddData": [P, ctypes.c_int, C, S, C], "nvJitLinkComplete": [P],
-            "nvJitLinkGetLinkedCubinSize": [P, ctypes.POINTER(S)], "nvJitLinkGetLinkedCubin": [P, C],
-            "nvJitLinkGetErrorLogSize": [P, ctypes.POINTER(S)], "nvJitLinkGetErrorLog": [P, C],
-            "nvJitLinkGetInfoLogSize": [P, ctypes.POINTER(S)], "nvJitLinkGetInfoLog": [P, C],
-            "nvJitLinkVersion": [ctypes.POINTER(U), ctypes.POINTER(U)]}
-    else:
-        sigs = {"nvFatbinCreate": [PP, ctypes.POINTER(C), S], "nvFatbinDestroy": [PP],
-                "nvFatbinAddPTX": [P, C, S, C, C, C], "nvFatbinAddCubin": [P, C, S, C, C],
-                "nvFatbinAddLTOIR": [P, C, S, C, C, C], "nvFatbinSize": [P, ctypes.POINTER(S)],
-                "nvFatbinGet": [P, C], "nvFatbinVersion": [ctypes.POINTER(U), ctypes.POINTER(U)]}
-        lib.nvFatbinGetErrorString.argtypes = [ctypes.c_int]
-        lib.nvFatbinGetErrorString.restype = C
-    for name, args in sigs.items():
-        if not hasattr(lib, name):
-            continue   # nvJitLinkVersion is 12.3+: the others are checked when used
-        f = getattr(lib, name)
-        f.argtypes = args
-        f.restype = ctypes.c_int
-
-
-def _version(what: str) -> tuple[int, int]:
-    lib, _path = _load(what)
-    fn = getattr(lib, "nvJitLinkVersion" if what == "nvjitlink" else "nvFatbinVersion", None)
-    a, b = ctypes.c_uint(), ctypes.c_uint()
-    if fn is None or fn(ctypes.byref(a), ctypes.byref(b)) != 0:
-        return (0, 0)
-    return (a.value, b.value)
 
 
 def nvjitlink_version() -> tuple[int, int]:
@@ -162,13 +68,6 @@ def nvfatbin_version() -> tuple[int, int]:
     """``(major, minor)`` of the nvFatbin that :func:`build_fatbin` uses.
     Raises LinkerUnavailableError when none is found."""
     return _version("nvfatbin")
-
-
-def _identity(what: str) -> list[Any]:
-    _lib, path = _load(what)
-    if not os.path.isabs(path):
-        path = _compile_cache.loaded_path(os.path.basename(path).split(".so")[0]) or path
-    return [*_version(what), *_compile_cache.library_identity(path)]
 
 
 # --- the one thread that calls nvJitLink ------------------------------------------------------------
@@ -236,38 +135,14 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
     ArgumentValueError
         An unknown kind or a malformed arch.
     """
-    entries = _fatbin_entry_list(entries)
-    lib, _path = _load("nvfatbin")
+    checked = []
+    for kind, data, arch in _fatbin_entry_list(entries):
+        a = _parse_arch(arch, "an entry's arch", "build_fatbin")
+        if kind not in ("cubin", "ptx", "ltoir"):
+            raise ArgumentValueError(f"build_fatbin: entry kind must be 'cubin', 'ptx' or 'ltoir', got {kind!r}")
+        checked.append((kind, data, a))
     opts = [o.encode() for o in _strings(options, "options", who="build_fatbin")]
-    handle = ctypes.c_void_p()
-
-    def check(code: int, what: str) -> None:
-        if code != 0:
-            raise _link_error(f"{what} failed: {lib.nvFatbinGetErrorString(code).decode(errors='replace')} "
-                              f"(nvFatbin {'.'.join(map(str, nvfatbin_version()))})", code=code)
-
-    copts = (ctypes.c_char_p * max(len(opts), 1))(*opts)
-    check(lib.nvFatbinCreate(ctypes.byref(handle), copts, len(opts)), "nvFatbinCreate")
-    try:
-        ident = identifier.encode()
-        for kind, data, arch in entries:
-            num = _parse_arch(arch, "an entry's arch", "build_fatbin").split("_", 1)[1].encode()
-            if kind == "cubin":
-                check(lib.nvFatbinAddCubin(handle, data, len(data), num, ident), f"nvFatbinAddCubin (sm_{num.decode()})")
-            elif kind == "ptx":
-                text = data if data.endswith(b"\0") else data + b"\0"
-                check(lib.nvFatbinAddPTX(handle, text, len(text), num, ident, b""), f"nvFatbinAddPTX ({arch})")
-            elif kind == "ltoir":
-                check(lib.nvFatbinAddLTOIR(handle, data, len(data), num, ident, b""), f"nvFatbinAddLTOIR ({arch})")
-            else:
-                raise ArgumentValueError(f"build_fatbin: entry kind must be 'cubin', 'ptx' or 'ltoir', got {kind!r}")
-        n = ctypes.c_size_t()
-        check(lib.nvFatbinSize(handle, ctypes.byref(n)), "nvFatbinSize")
-        buf = ctypes.create_string_buffer(n.value)
-        check(lib.nvFatbinGet(handle, buf), "nvFatbinGet")
-        return buf.raw[:n.value]
-    finally:
-        lib.nvFatbinDestroy(ctypes.byref(handle))
+    return fatbin_image(checked, identifier, opts)
 
 
 def _fatbin_entry_list(entries: object) -> list[tuple[str, bytes, str]]:
@@ -285,22 +160,6 @@ def _fatbin_entry_list(entries: object) -> list[tuple[str, bytes, str]]:
                                     f"{type(data).__name__}")
         out.append((kind, bytes(data), arch))
     return out
-
-
-def _fatbin_object(objs: list[ObjectCode], name: str) -> ObjectCode:
-    """The fatbin of compile(arch=[...]): each CUBIN of ``objs`` (oldest first) and the newest PTX."""
-    newest = objs[-1]
-    if newest.ptx is None:
-        raise _nvrtc_error(f"NVRTC produced no PTX for {newest.arch}", newest.log, newest.options, name)
-    parts: list[tuple[str, bytes, str]] = [("cubin", o.image, o.arch) for o in objs]
-    parts.append(("ptx", newest.ptx.encode(), newest.arch))
-    image = build_fatbin(parts, identifier=name)
-    logs = [f"[{o.arch}] {o.log.strip()}" for o in objs if o.log.strip()]
-    return ObjectCode(image=image, target="fatbin", arch=newest.arch, ptx=newest.ptx, log="\n".join(logs),
-                      options=newest.options, lowered_names=dict(newest.lowered_names),
-                      nvrtc_version=newest.nvrtc_version, from_cache=all(o.from_cache for o in objs),
-                      source_decls=newest.source_decls, archs=tuple(o.arch for o in objs), name=name)
-
 
 
 def fatbin_entries(image: bytes) -> list[tuple[str, str]]:

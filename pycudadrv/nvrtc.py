@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from pycudadrv import _compile_cache
+from pycudadrv import _compile_cache, _includes
 from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
-from pycudadrv._paths import cuda_include_candidates
+from pycudadrv._linklibs import fatbin_object
 from pycudadrv._textargs import _bool, _encodable, _relocatable, _strings
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
                                NvrtcUnavailableError)
@@ -34,12 +34,16 @@ if TYPE_CHECKING:  # for annotations only: pycudadrv._module imports this module
     from pycudadrv._stream import _DeviceLike
 
 __all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrtc_version", "nvrtc_path",
-           "nvrtc_supported_archs", "cache_dir", "cache_size", "clear_cache"]
+           "nvrtc_supported_archs", "cache_dir", "cache_size", "clear_cache", "ZYX_OPTIONS"]
 
 Target = Literal["cubin", "ptx", "fatbin", "ltoir"]
 #: One declared parameter of an extern "C" kernel: (kind, size, align, const), or None when not a plain C type.
 SourceDecl = tuple[int, int, int, "bool | None"]
 T = TypeVar("T")
+#: zyx's NVRTC options, as a preset: ``compile(src, options=ZYX_OPTIONS)``. ``--use_fast_math`` (denormals
+#: flushed, approximate division, square root and transcendentals) is opt-in: compile() adds no options. zyx
+#: compiles PTX for the device's virtual architecture: pass ``arch="compute_90"`` for that too.
+ZYX_OPTIONS: tuple[str, ...] = ("--use_fast_math",)
 
 _lib: ctypes.CDLL | None = None
 _lib_path: str | None = None
@@ -142,29 +146,7 @@ def default_include_dirs() -> list[str]:
     of CUDA include directories (:func:`pycudadrv._paths.cuda_include_candidates`:
     ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``, the nvidia-* wheels);
     the first complete one wins."""
-    beside = []
-    if _lib_path and os.path.isabs(_lib_path):   # the headers that came with this NVRTC first
-        beside.append(os.path.join(os.path.dirname(os.path.dirname(_lib_path)), "include"))
-    cands = cuda_include_candidates(beside)
-
-    def has(c: str, rel: str) -> bool:
-        return os.path.isfile(os.path.join(c, rel))
-
-    def cccl_dir(c: str) -> str | None:
-        # CUDA 13 keeps CCCL (cuda/std, nv/target, cub, thrust) under include/cccl; older ones in include/
-        for d in (os.path.join(c, "cccl"), c):
-            if has(d, os.path.join("cuda", "std", "type_traits")):
-                return d
-        return None
-
-    device = [c for c in cands if has(c, "cuda_fp16.h")]
-    for c in device:
-        cc = cccl_dir(c)
-        if cc is not None:
-            return [c] if cc == c else [c, cc]
-    # An incomplete wheel set (no nvidia-cuda-cccl): device headers from one place, CCCL from another.
-    other = [d for d in (cccl_dir(c) for c in cands) if d is not None]
-    return device[:1] + other[:1]
+    return _includes.device_include_dirs(_lib_path)
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -427,7 +409,8 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         compile on a machine without one).
     options : str or sequence of str, optional
         Extra NVRTC options, e.g. ``("--use_fast_math", "-DN=4", "-std=c++17")``;
-        one string is split as a shell would (``"-DN=4 -std=c++17"``).
+        one string is split as a shell would (``"-DN=4 -std=c++17"``);
+        :data:`ZYX_OPTIONS` is zyx's preset (fast math, which is never on by default).
         ``-arch`` and ``-dlto`` are refused (use ``arch=`` and ``target=``).
     name_expressions : sequence of str, optional
         e.g. ``("axpy<float>",)``; their lowered names land in ``lowered_names``.
@@ -452,6 +435,12 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
     ------
     NvrtcError
         Compilation failed; carries the full log, the options and the NVRTC version.
+    HeaderNotFoundError
+        (an NvrtcError) A header the source ``#include``s is in no include
+        directory (nor ``headers``): names the header, the source line and the
+        directories searched. Raised before NVRTC runs for the CUDA headers
+        (``cuda_fp16.h``, ``cooperative_groups.h``, CCCL, ...) included outside
+        any ``#if``; for any other header when NVRTC cannot open it.
     NvrtcUnavailableError
         No NVRTC library found (names where it looked and the pip package).
     LinkerUnavailableError
@@ -523,6 +512,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
     lib = _load()
     _check_supported(archs)
     base = [*[f"-I{p}" for p in incs], *[f"-I{p}" for p in default_include_dirs()], *opts_in]
+    _includes.check_source(src.decode(), name, hdrs, base, nvrtc_version())
     piece_target = "cubin" if tgt == "fatbin" else tgt
     pieces = []   # one NVRTC compile per architecture: (arch, options, cache key)
     ident = _nvrtc_identity() if use_cache and cache_dir() else None
@@ -556,9 +546,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
                       "options=['-rdc=true']", RuntimeWarning, stacklevel=2)
     if tgt != "fatbin":
         return objs[0]
-    from pycudadrv.link import _fatbin_object
-
-    return _fatbin_object(objs, name)
+    return fatbin_object(objs, name)
 
 
 def _ptx_has_entry(ptx: str | None) -> bool:
@@ -655,6 +643,7 @@ def _compile(lib: ctypes.CDLL, src: bytes, name: str, headers: dict[str, str], o
         if code == _NVRTC_ERROR_CANCELLED:
             raise KeyboardInterrupt(f"compiling {name} for {gpu_arch} was cancelled")
         if code != 0:
+            _includes.check_log(log, src.decode(errors="replace"), name, opts, nvrtc_version())
             raise _nvrtc_error(f"compiling {name} failed: {lib.nvrtcGetErrorString(code).decode()}", log, opts,
                                name, code)
         lowered = {}

@@ -11,13 +11,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import weakref
 
 import numpy as np
 import pytest
 
 import pycudadrv as cd
-from pycudadrv import aio
+from pycudadrv import _waiter, aio
 
 
 # --- a pretend GPU ------------------------------------------------------------------------------
@@ -41,10 +42,12 @@ class FakeEvent:
         self.device = FakeDevice()
         self.done = False
         self.is_recorded = False
+        self.flag = np.zeros(1, np.int32)     # what the test waiter thread spins on: 1 done, else a CUresult
 
     def record(self, stream):
         self.is_recorded = True
         self.done = False
+        self.flag[0] = 0
         return self
 
     def query(self):
@@ -56,6 +59,7 @@ class FakeEvent:
         if GPU.fault is not None:
             raise GPU.fault
         self.done = True
+        self.flag[0] = 1
 
 
 class FakeStream:
@@ -77,9 +81,11 @@ class FakeStream:
 
 
 def complete(*events):
-    """The GPU finishes `events`: host functions behind them run on a driver thread (unless faulted)."""
+    """The GPU finishes `events`: host functions behind them run on a driver thread (unless faulted); the
+    waiter thread sees its flag (1, or the fault's code)."""
     for ev in events:
         ev.done = True
+        ev.flag[0] = 1 if GPU.fault is None else GPU.fault.code
     due = []
     for s in GPU.streams:
         for item in list(s.host_funcs):
@@ -92,7 +98,22 @@ def complete(*events):
         GPU.host_threads.append(t)
 
 
-@pytest.fixture(params=["host_func", "poll"])
+class FlagWaiter:
+    """The device waiter for fake events: the process's test waiter thread (pycudadrv._waiter), which
+    spins on each event's host flag instead of calling cuEventSynchronize."""
+
+    def __init__(self):
+        self.submitted = []
+
+    def submit(self, ev, channel, token, blocking):
+        self.submitted.append((token, blocking))
+        _waiter.waiter_for(None).submit_flag(ev.flag.ctypes.data, channel, token)
+
+
+MODES = ["spin", "blocking", "host_func", "poll"]
+
+
+@pytest.fixture(params=MODES)
 def fake(request, monkeypatch):
     global GPU
     GPU = Gpu()
@@ -100,6 +121,8 @@ def fake(request, monkeypatch):
     monkeypatch.setattr(aio, "Stream", FakeStream)
     for name in ("_events", "_signal_streams", "_misc_signal", "_policies"):
         monkeypatch.setattr(aio, name, {})
+    GPU.waiter = FlagWaiter()
+    monkeypatch.setattr(aio, "_waiter_for", lambda device: GPU.waiter)
     prev = aio.set_completion(request.param, watchdog_ms=5, spin_us=50, interval_ms=1)
     yield request.param
     aio.set_completion(**prev)
@@ -304,6 +327,352 @@ def test_the_default_policy_takes_its_streams_in_turn(fake):
     assert got == [p.streams[k % 3] for k in range(7)] and len(set(map(id, p.streams))) == 3
 
 
+# --- the waiter thread (CPU: the test waiter spins on host flags) ------------------------------
+
+def test_the_default_mode_is_spin_and_the_environment_chooses_another(monkeypatch):
+    script = "from pycudadrv import aio; print(aio.get_completion()['mode'])"
+    for value, want in ((None, "spin"), ("blocking", "blocking"), (" Host_Func ", "host_func"), ("busy", "spin")):
+        env = {k: v for k, v in os.environ.items() if k != "PYCUDADRV_AIO_COMPLETION"}
+        if value is not None:
+            env["PYCUDADRV_AIO_COMPLETION"] = value
+        r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_child_env(env))
+        assert r.returncode == 0 and r.stdout.strip() == want, r.stderr
+        assert ("is not one of spin, blocking, host_func, poll" in r.stderr) == (value == "busy")
+
+
+def _child_env(env=None):
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(cd.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def test_the_waiter_modes_hand_each_armed_event_to_the_waiter_thread(fake):
+    if fake not in ("spin", "blocking"):
+        pytest.skip("the waiter modes")
+    mode = fake
+
+    async def main():
+        s = FakeStream()
+        futs = [aio.wait(s) for _ in range(3)]
+        asyncio.get_running_loop().call_later(0.01, complete, *[f.event for f in futs])
+        await asyncio.gather(*futs)
+        return [f.done() for f in futs]
+    assert run(main()) == [True, True, True]
+    assert [b for _, b in GPU.waiter.submitted] == [mode == "blocking"] * 3
+    assert len({t for t, _ in GPU.waiter.submitted}) == 3          # one token per wait
+
+
+def test_a_future_awaited_by_two_tasks_and_then_again_resolves_all_of_them(fake):
+    async def main():
+        s = FakeStream()
+        fut = aio.wait(s)
+        asyncio.get_running_loop().call_later(0.01, complete, fut.event)
+        got = await asyncio.gather(_await(fut), _await(fut), _await(fut))
+        await fut
+        return got, fut.done()
+    assert run(main()) == ([None, None, None], True)
+
+
+def test_two_event_loops_on_two_threads_each_get_their_own_completions(fake):
+    results = {}
+
+    def one(name, delay):
+        async def main():
+            s = FakeStream()
+            futs = [aio.wait(s) for _ in range(5)]
+            asyncio.get_running_loop().call_later(delay, complete, *[f.event for f in futs])
+            await asyncio.gather(*futs)
+            return threading.current_thread().name, all(f.done() for f in futs)
+        results[name] = run(main())
+    threads = [threading.Thread(target=one, args=(f"t{k}", 0.005 * (k + 1)), name=f"t{k}") for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert results == {"t0": ("t0", True), "t1": ("t1", True)}
+
+
+def test_a_loop_closed_with_futures_pending_leaves_them_pending_and_another_loop_can_await_them(fake):
+    async def arm():
+        s = FakeStream()
+        return aio.wait(s)
+    fut = run(arm())                         # armed in a loop that is gone now
+    assert not fut.done() and "pending" in repr(fut)
+    complete(fut.event)
+
+    async def again():
+        await fut
+        return fut.done()
+    assert run(again()) is True
+
+
+def test_closed_loops_do_not_keep_their_descriptors(fake):
+    if fake not in ("spin", "blocking"):
+        pytest.skip("the channel of the waiter modes")
+
+    async def one():
+        s = FakeStream()
+        fut = aio.wait(s)
+        asyncio.get_running_loop().call_soon(complete, fut.event)
+        await fut
+    run(one())
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(30):
+        run(one())
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
+def test_a_channel_hands_over_tokens_and_failures_in_order():
+    w = _waiter.Waiter(None)
+    ch = _waiter.Channel()
+    flags = np.zeros(3, np.int32)
+    for k in range(3):
+        w.submit_flag(flags.ctypes.data + 4 * k, ch, 10 + k)
+    flags[0], flags[1] = 1, 700                 # the third still pending: the waiter waits in order
+    deadline = time.time() + 10
+    got = []
+    while len(got) < 2 and time.time() < deadline:
+        got += ch.take()
+        time.sleep(0.001)
+    assert got == [10, (11, 700)] and w.pending == 1
+    flags[2] = 1
+    while len(got) < 3 and time.time() < deadline:
+        got += ch.take()
+        time.sleep(0.001)
+    assert got == [10, (11, 700), 12] and w.pending == 0 and w.completed == 3
+    assert w.stop(1.0) and not w.running
+    ch.close()
+    ch.close()                                  # a second close is a no-op
+    assert ch.take() == [] and ch.closed
+    with pytest.raises(cd.ClosedError, match="channel is closed"):
+        w.submit_flag(flags.ctypes.data, ch, 1)
+    with pytest.raises(cd.ArgumentValueError, match="NULL"):
+        w.submit_flag(0, _waiter.Channel(), 1)
+
+
+def test_waits_submitted_from_several_threads_at_once_all_come_back():
+    w = _waiter.Waiter(None)
+    flags = np.ones(4 * 300, np.int32)             # already "done": the thread reports at once
+    chans = [_waiter.Channel() for _ in range(4)]
+    errors = []
+
+    def submit(t):
+        try:
+            for k in range(300):
+                w.submit_flag(flags.ctypes.data + 4 * (300 * t + k), chans[t], 300 * t + k)
+        except Exception as e:          # noqa: BLE001 -- reported below
+            errors.append(e)
+    threads = [threading.Thread(target=submit, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    got = [[] for _ in range(4)]
+    deadline = time.time() + 20
+    while sum(map(len, got)) < 1200 and time.time() < deadline:
+        for t in range(4):
+            got[t] += chans[t].take()
+        time.sleep(0.001)
+    assert errors == []
+    assert [sorted(g) for g in got] == [list(range(300 * t, 300 * (t + 1))) for t in range(4)]
+    assert w.stop(2.0)
+
+
+WAITER_SCRIPT = r"""
+import os, sys, time, numpy as np
+from pycudadrv import _waiter
+w = _waiter.waiter_for(None)
+ch = _waiter.Channel()
+flags = np.zeros(2, np.int32)
+w.submit_flag(flags.ctypes.data, ch, 1)
+flags[0] = 1
+t0 = time.time()
+while ch.take() != [1]:
+    assert time.time() - t0 < 10
+    time.sleep(0.001)
+if sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid == 0:                       # the child: no thread; a new waiter starts on the first wait
+        w2 = _waiter.waiter_for(None)
+        ok = w2 is not w and not w2.running and w2.pending == 0
+        try:
+            w.submit_flag(flags.ctypes.data, ch, 2)
+            ok = False
+        except Exception as e:
+            ok = ok and type(e).__name__ == "StateError"
+        ch2 = _waiter.Channel()
+        flags[1] = 1
+        w2.submit_flag(flags.ctypes.data + 4, ch2, 3)
+        t0 = time.time()
+        while ch2.take() != [3]:
+            if time.time() - t0 > 10:
+                os._exit(3)
+            time.sleep(0.001)
+        os._exit(0 if ok and w2.running else 2)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status), "parent running", w.running)
+elif sys.argv[1] == "stuck":
+    w.submit_flag(flags.ctypes.data + 4, ch, 2)      # never set: the thread is stuck in it at exit
+    print("stuck", w.pending)
+else:
+    print("idle", w.running)
+"""
+
+
+@pytest.mark.parametrize("case", ["idle", "stuck", "fork"])
+def test_the_waiter_thread_stops_at_exit_and_restarts_in_a_forked_child(case):
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-c", WAITER_SCRIPT, case], capture_output=True, text=True, timeout=60,
+                       env=_child_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    want = {"idle": "idle True", "stuck": "stuck 1", "fork": "child 0 parent running True"}[case]
+    assert r.stdout.strip() == want
+    assert time.time() - t0 < 30                 # no hang at interpreter exit
+
+
+# --- lazy futures (CPU) -------------------------------------------------------------------------
+
+class FakeFunction:
+    name = "k"
+
+    def __init__(self, fail=None):
+        self.device = FakeDevice()
+        self.calls = []
+        self.fail = fail
+
+    def launch(self, grid, block, *args, stream=None):
+        self.calls.append((grid, block, args, stream))
+        if self.fail is not None:
+            raise self.fail
+
+
+@pytest.fixture
+def lazy_fake(fake, monkeypatch):
+    monkeypatch.setattr(aio, "Device", FakeDevice)
+    return fake
+
+
+def test_a_lazy_launch_runs_at_its_first_await_and_only_once(lazy_fake):
+    fn = FakeFunction()
+
+    async def main():
+        fut = aio.launch(fn, 4, 256, "y", "x", lazy=True)
+        assert fn.calls == [] and fut.stream is None and not fut.done()
+        assert "deferred" in repr(fut)
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, lambda: complete(fut._event))
+        await asyncio.gather(_await(fut), _await(fut))
+        await fut
+        return fut
+    fut = run(main())
+    assert len(fn.calls) == 1 and fn.calls[0][:3] == (4, 256, ("y", "x")) and fut.done()
+    assert fn.calls[0][3] is fut.stream and isinstance(fut.stream, FakeStream)
+
+
+def test_submit_submits_a_lazy_future_once_and_result_submits_one_too(lazy_fake):
+    fn = FakeFunction()
+    fut = aio.launch(fn, 1, 32, 1.0, lazy=True)
+    assert fut.submit() is fut and fut.submit() is fut and len(fn.calls) == 1
+    fut2 = aio.launch(fn, 1, 32, 2.0, lazy=True)
+    assert fut2.result() is None and len(fn.calls) == 2
+    eager = aio.launch(fn, 1, 32, 3.0)
+    assert len(fn.calls) == 3 and eager.submit() is eager and len(fn.calls) == 3
+
+
+def test_a_lazy_launch_error_comes_back_through_the_future_at_every_await(lazy_fake):
+    err = cd.ArgumentValueError("kernel 'k': grid (0, 1, 1) out of range")
+    fn = FakeFunction(fail=err)
+    fut = aio.launch(fn, 0, 32, lazy=True)          # no error here
+
+    async def main():
+        got = []
+        for _ in range(2):
+            try:
+                await fut
+            except cd.ArgumentValueError as e:
+                got.append(e)
+        return got
+    got = run(main())
+    assert got == [err, err] and len(fn.calls) == 1 and "failed" in repr(fut)
+    with pytest.raises(cd.ArgumentValueError, match="out of range"):
+        fut.result()
+    with pytest.raises(cd.ArgumentValueError):
+        aio.launch(fn, 0, 32)                       # the eager form raises at the call, as before
+    bad = aio.launch(object(), 1, 1, lazy=True)
+    with pytest.raises(cd.ArgumentTypeError, match="aio.launch takes a Function"):
+        run(_await(bad))
+    bad_p = aio.submit(None, lazy=True)
+    with pytest.raises(cd.ArgumentTypeError, match="aio.submit takes a PreparedLaunch"):
+        bad_p.result()
+
+
+def test_a_lazy_launch_takes_its_stream_from_the_policy_at_submission_and_raises_its_errors(lazy_fake):
+    class Broken:
+        def next_stream(self):
+            raise cd.StateError("policy: no stream left")
+    fn = FakeFunction()
+    futs = [aio.launch(fn, 1, 32, lazy=True) for _ in range(2)]
+    prev = aio.set_policy(Broken(), fn.device)
+    try:
+        with pytest.raises(cd.StateError, match="no stream left"):
+            run(_await(futs[0]))
+    finally:
+        aio.set_policy(prev, fn.device)
+    futs[1].submit()
+    assert fn.calls[0][3] is prev.streams[0]
+
+
+def test_a_lazy_launch_keeps_its_arguments_alive_until_the_work_is_done(lazy_fake):
+    class Arg:
+        pass
+    fn = FakeFunction()
+    arg = Arg()
+    ref = weakref.ref(arg)
+    fut = aio.launch(fn, 1, 32, arg, lazy=True)
+    del arg
+    gc.collect()
+    assert ref() is not None                       # held before submission
+    fut.submit()
+    gc.collect()
+    assert ref() is not None and not fut.done()    # and while the work runs
+    complete(fut._event)
+    assert fut.done()
+    fn.calls.clear()                               # (the fake function's own record of the call)
+    gc.collect()
+    assert ref() is None
+
+
+def test_wait_takes_anything_with_the_submission_protocol(fake):
+    class Work:
+        def __init__(self, stream, event, done=False):
+            self.label, self.stream, self.done, self._ev = "work #1", stream, done, event
+
+        @property
+        def event(self):
+            return self._ev
+
+    async def main():
+        s = FakeStream()
+        ev = FakeEvent().record(s)
+        w = Work(s, ev)
+        fut = aio.wait(w)
+        assert fut.label == "work #1" and fut.stream is s
+        asyncio.get_running_loop().call_later(0.01, complete, ev)
+        await fut
+        done = aio.wait(Work(s, None, done=lambda: True))
+        await done
+        return fut.done(), done.done()
+    assert run(main()) == (True, True)
+
+
+def test_aio_does_not_import_queue():
+    import pycudadrv.aio as m
+    src = open(m.__file__, encoding="utf-8").read()
+    assert "pycudadrv.queue" not in src and "import queue" not in src
+
+
 # --- on the GPU ---------------------------------------------------------------------------------
 
 KERNELS = r"""
@@ -332,7 +701,7 @@ def mod():
     return cd.compile(KERNELS).load()
 
 
-@pytest.fixture(params=["host_func", "poll"])
+@pytest.fixture(params=MODES)
 def mode(request):
     prev = aio.set_completion(request.param)
     yield request.param
@@ -464,7 +833,7 @@ print(json.dumps({"faulty": type(a).__name__, "message": str(a), "bystander": b}
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("completion", ["host_func", "poll"])
+@pytest.mark.parametrize("completion", MODES)
 def test_a_faulting_awaited_launch_raises_in_its_task_only(completion):
     # A fault poisons the CUDA context for the rest of the process: run it in a subprocess.
     env = dict(os.environ)
@@ -475,3 +844,183 @@ def test_a_faulting_awaited_launch_raises_in_its_task_only(completion):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["faulty"] == "CudaError" and got["bystander"] == 20
     assert "kernel 'wild_write'" in got["message"]
+
+
+@pytest.mark.gpu
+def test_each_mode_twice_after_a_queue_submission_and_a_graph_launch(mod, rng):
+    n = 2048
+    fn = mod.function("affine")
+    prev = aio.get_completion()
+
+    async def main(x_h, a, b):
+        with cd.Queue(streams=2) as q:
+            x = q.from_numpy(x_h)
+            y = q.from_numpy(np.full(n, np.nan, np.float32))
+            await q.launch(fn, n // 256, 256, y, x, a, b, n)                # y = a x + b
+            s = cd.Stream()
+            z = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s)
+            await aio.wait(q.launch(fn, 1, 1, y, y, 1.0, 0.0, 1))        # one more submission, awaited
+            with s.capture() as g:
+                fn.launch(n // 256, 256, z, y, -1.0, 0.5, n, stream=s)     # z = -y + 1/2
+            g.launch(s)
+            await aio.wait(s)                                              # after a graph launch
+            w = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s)
+            await aio.launch(fn, n // 256, 256, w, z, 2.0, 0.0, n, stream=s)   # w = 2 z
+            return z.to_numpy(stream=s), w.to_numpy(stream=s)
+    try:
+        for m in MODES:
+            aio.set_completion(m)
+            for _ in range(2):
+                x_h = rng.standard_normal(n).astype(np.float32)
+                a, b = (float(v) for v in rng.uniform(-2, 2, 2).astype(np.float32))
+                z, w = asyncio.run(main(x_h, a, b))
+                ref = -(np.float64(a) * x_h + b) + 0.5
+                np.testing.assert_allclose(z, ref, rtol=1e-5, atol=1e-5, err_msg=m)
+                np.testing.assert_allclose(w, 2 * ref, rtol=1e-5, atol=1e-5, err_msg=m)
+    finally:
+        aio.set_completion(**prev)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("completion", ["spin", "blocking"])
+def test_the_waiter_thread_reports_pending_work_and_sleeps_after(mod, rng, completion):
+    from pycudadrv import _waiter
+    x_h = rng.standard_normal(256).astype(np.float32)
+    x = cd.Buffer.from_numpy(x_h)
+    y = cd.Buffer.from_numpy(np.full(256, np.nan, np.float32))
+    cd.Device(0).synchronize()
+    w = _waiter.waiter_for(cd.Device(0))
+    prev = aio.set_completion(completion)
+
+    async def main():
+        s = cd.Stream()
+        gate = threading.Event()
+        s.launch_host_func(lambda: gate.wait(10))      # the stream's later work stays pending until the gate opens
+        fut = aio.launch(mod.function("affine"), 1, 256, y, x, 1.0, 0.0, 256, stream=s)      # y = x
+        asyncio.get_running_loop().call_later(0.02, gate.set)
+        pending_at_await = not fut.done()
+        await fut
+        return pending_at_await
+    try:
+        for _ in range(2):
+            before = w.completed
+            y.fill(np.float32(np.nan))
+            cd.Device(0).synchronize()
+            assert asyncio.run(main()) is True
+            assert w.completed - before >= 1 and w.running    # the waiter thread reported it
+            t0 = time.time()
+            while w.pending and time.time() - t0 < 10:
+                time.sleep(0.001)
+            assert w.pending == 0                        # idle: nothing queued, the thread sleeps
+            np.testing.assert_array_equal(y.to_numpy(), x_h)
+    finally:
+        aio.set_completion(**prev)
+
+
+@pytest.mark.gpu
+def test_two_loops_on_two_threads_await_kernels_with_the_spin_waiter(mod, rng):
+    n = 1024
+    fn = mod.function("affine")
+    xs = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    out = {}
+
+    def one(k):
+        x = cd.Buffer.from_numpy(xs[k])
+        ys = [cd.Buffer.from_numpy(np.full(n, np.nan, np.float32)) for _ in range(8)]
+        cd.Device(0).synchronize()
+
+        async def main():
+            futs = [aio.launch(fn, n // 256, 256, ys[j], x, float(j), float(k), n) for j in range(8)]
+            await asyncio.gather(*futs)
+            return [ys[j].to_numpy(stream=futs[j].stream) for j in range(8)]
+        out[k] = asyncio.run(main())
+    prev = aio.set_completion("spin")
+    try:
+        threads = [threading.Thread(target=one, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        aio.set_completion(**prev)
+    for k in range(2):
+        for j in range(8):
+            np.testing.assert_allclose(out[k][j], j * xs[k].astype(np.float64) + k, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_lazy_launch_runs_once_at_its_first_await(mod, rng, mode):
+    n = 1024
+    y_h = rng.standard_normal(n).astype(np.float32)
+    a, b = 1.5, -0.25
+    y = cd.Buffer.from_numpy(y_h)
+    s = cd.Stream()
+    cd.Device(0).synchronize()
+
+    async def main():
+        fut = aio.launch(mod.function("affine"), n // 256, 256, y, y, a, b, n, stream=s, lazy=True)   # y = a y + b
+        s.synchronize()
+        untouched = y.to_numpy(stream=s)
+        await asyncio.gather(fut, fut)
+        await fut                                      # awaited three times: run once
+        return untouched, y.to_numpy(stream=s)
+    untouched, got = asyncio.run(main())
+    np.testing.assert_array_equal(untouched, y_h)
+    np.testing.assert_allclose(got, a * y_h.astype(np.float64) + b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_lazy_launch_raises_its_launch_errors_at_the_await(mod, mode):
+    y = cd.Buffer.zeros(256, np.float32)
+    fn = mod.function("affine")
+
+    async def main():
+        few = aio.launch(fn, 1, 256, y, lazy=True)                        # too few arguments
+        huge = aio.launch(fn, 1, 4096, y, y, 1.0, 0.0, 256, lazy=True)    # block beyond the device's limit
+        errs = []
+        for fut in (few, huge):
+            try:
+                await fut
+            except cd.Error as e:
+                errs.append(e)
+        ok = aio.launch(fn, 1, 256, y, y, 1.0, 0.0, 256, lazy=True)
+        await ok
+        return errs, ok.done()
+    errs, ok = asyncio.run(main())
+    assert isinstance(errs[0], cd.ArgumentTypeError) and "affine" in str(errs[0])
+    assert isinstance(errs[1], cd.ArgumentValueError) and "4096" in str(errs[1])
+    assert ok
+
+
+FORK_SCRIPT = r"""
+import asyncio, os, sys
+import numpy as np
+import pycudadrv as cd
+from pycudadrv import _waiter, aio
+aio.set_completion("spin")
+s = cd.Stream()
+y = cd.Buffer.zeros(1024, np.float32, stream=s)
+
+async def main():
+    await aio.wait(s)
+asyncio.run(main())
+dev = cd.Device(0)
+w = _waiter.waiter_for(dev)
+assert w.running
+pid = os.fork()
+if pid == 0:
+    w2 = _waiter.waiter_for(dev)                   # no CUDA call in the child (CUDA does not survive fork)
+    os._exit(0 if (w2 is not w and not w2.running and w2.pending == 0) else 2)
+_, status = os.waitpid(pid, 0)
+asyncio.run(main())                                # the parent's thread goes on
+print("child", os.waitstatus_to_exitcode(status), "parent", w.running)
+"""
+
+
+@pytest.mark.gpu
+def test_a_forked_child_starts_without_the_parents_waiter_thread():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(cd.__file__)) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "child 0 parent True"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import pycudadrv as cd
@@ -132,3 +133,89 @@ def test_the_readme_sets_up_in_two_commands_the_first_making_the_virtual_environ
 def test_the_readme_quotes_the_line_the_main_job_ends_with_without_a_gpu():
     (line,) = [ln for ln in _readme_setup().splitlines() if ln.startswith("pycudadrv: CUDA unavailable: ")]
     assert line.endswith(". " + cli.INFO_HINT)
+
+
+# --- the main job's ladder -------------------------------------------------------------------------
+
+#: The line the main job ends with on a GPU (README.md quotes it).
+SUMMARY_RE = re.compile(r"^pycudadrv: (\d+)x\1 heat, (\d+) steps: eager ([\d,]+) \| prepared ([\d,]+) \| graph "
+                        r"([\d,]+|n/a) \| device loop ([\d,]+|n/a) steps/s; best ([\d,]+) GB/s = ([\d.]+) of copy "
+                        r"bandwidth ([\d,]+) GB/s; check vs NumPy float64 (OK|FAIL)$")
+
+
+@pytest.mark.parametrize("n, steps", [(3, 4), (8, 7), (17, 31), (64, 50), (130, 400), (40, 0), (300, 1000)])
+def test_the_closed_form_reference_is_the_stepped_reference(n, steps):
+    u0 = heat.initial_grid(n)
+    stepped = heat.reference(u0, steps)
+    fast = heat.reference_fast(u0, steps)
+    assert fast.dtype == np.float64 and fast.shape == (n, n)
+    np.testing.assert_allclose(fast, stepped, rtol=1e-12, atol=1e-12 * np.abs(stepped).max())
+    assert (fast[0] == u0[0]).all() and (fast[:, -1] == u0[:, -1]).all()      # the edges stay fixed
+
+
+def test_the_closed_form_reference_of_a_grid_with_uneven_edges_is_the_stepped_one(rng):
+    u0 = rng.uniform(0.0, 2.0, (24, 31))      # edges all different: the closed form does not apply
+    np.testing.assert_array_equal(heat.reference_fast(u0, 9), heat.reference(u0, 9))
+
+
+def test_a_step_moves_each_cell_read_once_and_written_once():
+    assert heat.bytes_per_step(2048) == 2 * 4 * 2048 * 2048
+
+
+def _fake_gpu(monkeypatch, n, steps, wrong=()):
+    """heat.run and heat.copy_bandwidth without a GPU: the reference's grid (or a wrong one for the
+    modes in ``wrong``) in a known time, and 400 GB/s of copy bandwidth."""
+    ref32 = heat.reference(heat.initial_grid(n), steps).astype(np.float32)
+    seconds = {"launch": 1.6e-5, "prepared": 1.25e-5, "graph": 1e-5, "device_loop": 8e-6}
+
+    def run(size, k, *, mode="prepared", **kw):
+        if size != n:
+            return heat.initial_grid(size), 1.0      # the warm-up
+        return (ref32 + 1.0 if mode in wrong else ref32.copy()), seconds[mode]
+    monkeypatch.setattr(heat, "run", run)
+    monkeypatch.setattr(heat, "copy_bandwidth", lambda *a, **k: (4e11, 1 << 30))
+
+
+def test_the_ladder_ends_with_one_line_of_steps_per_second_and_the_bandwidth_fraction(capsys, monkeypatch):
+    _fake_gpu(monkeypatch, 100, 10)
+    assert cli._ladder(cd, heat, 100, 10) == 0
+    out = capsys.readouterr().out.splitlines()
+    m = SUMMARY_RE.match(out[-1])
+    assert m, out[-1]
+    assert m.group(1, 2) == ("100", "10")
+    assert [m.group(k) for k in range(3, 7)] == ["625,000", "800,000", "1,000,000", "1,250,000"]  # 10 steps / s
+    # the best rung moves 8 * 100**2 bytes a step 1.25 million times a second: 100 GB/s, a quarter of 400
+    assert m.group(7, 8, 9, 10) == ("100", "0.25", "400", "OK")
+    rows = [ln.split()[0] for ln in out if ln.startswith("  ") and " OK" in ln]
+    assert rows == ["eager", "prepared", "graph", "device"]
+
+
+def test_a_rung_whose_result_is_wrong_fails_the_check_and_the_exit_status(capsys, monkeypatch):
+    _fake_gpu(monkeypatch, 48, 20, wrong={"graph"})
+    assert cli._ladder(cd, heat, 48, 20) == 2
+    out = capsys.readouterr().out
+    graph_row = [ln for ln in out.splitlines() if ln.startswith("  graph ")][0]
+    assert "FAIL" in graph_row and "bits differ from the first rung" in graph_row
+    assert out.splitlines()[-1].endswith("check vs NumPy float64 FAIL")
+
+
+@pytest.mark.gpu
+def test_the_main_job_prints_the_ladder_and_the_fraction_of_copy_bandwidth():
+    r = subprocess.run([sys.executable, "-m", "pycudadrv"], capture_output=True, text=True, timeout=600,
+                       cwd=os.path.dirname(PKG))
+    assert r.returncode == 0, r.stdout + r.stderr
+    last = r.stdout.rstrip("\n").splitlines()[-1]
+    m = SUMMARY_RE.match(last)
+    assert m, last
+    assert m.group(1, 2, 10) == ("2048", "1000", "OK")
+    rungs = [m.group(k) for k in range(3, 7)]
+    if cd.driver_version() < (12, 3):
+        rungs = [v for v in rungs if v != "n/a"]       # no conditional nodes: no device loop
+    assert all(float(v.replace(",", "")) > 0 for v in rungs), rungs
+    assert 0 < float(m.group(8)) <= 1.5, last
+    assert float(m.group(7).replace(",", "")) > 0 and float(m.group(9).replace(",", "")) > 0, last
+
+
+def test_the_readme_quotes_the_line_the_main_job_ends_with_on_a_gpu_in_its_format():
+    (line,) = [ln for ln in _readme_setup().splitlines() if ln.startswith("pycudadrv: 2048x2048 heat")]
+    assert SUMMARY_RE.match(line.replace("X", "9")), line      # XX: placeholders for the H200's figures

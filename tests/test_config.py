@@ -309,9 +309,9 @@ def test_nvidia_tf32_override_is_reported_among_the_other_variables(clean_env, m
 
 
 def test_a_linker_library_that_cannot_load_names_its_path_once(clean_env, monkeypatch):
-    from pycudadrv import link
+    from pycudadrv import _linklibs, link
 
-    monkeypatch.setattr(link, "_libs", {})
+    monkeypatch.setattr(_linklibs, "_libs", {})
     monkeypatch.setenv("PYCUDADRV_NVJITLINK", "/nonexistent/libnvJitLink.so")
     with pytest.raises(cd.LinkerUnavailableError) as ei:
         link._load("nvjitlink")

@@ -39,6 +39,11 @@ extern "C" __global__ void twice(float* out, const float* x, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = 2.0f * x[i];
 }
+// twice over a 1-D tensor argument (pointer, shape, stride in elements: LaunchBuilder.push_tensor).
+extern "C" __global__ void twice_t(float* out, const float* x, long long n, long long stride) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * x[i * stride];
+}
 extern "C" __global__ void affine(float* y, const float* x, float a, float b, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + b;
@@ -88,7 +93,8 @@ def mod():
     s = cd.Stream()
     z = cd.Buffer.zeros(64, np.float32, stream=s)
     for name, args in (("spin", (0,)), ("copy_f", (z, z, 0)), ("twice", (z, z, 0)), ("affine", (z, z, 1.0, 0.0, 0)),
-                       ("combine", (z, z, z, 0)), ("count_down_all", (z, 0.0, 0, 0)), ("no_params", ()),
+                       ("combine", (z, z, z, 0)),
+                       ("twice_t", (z, z, 0, 1)), ("count_down_all", (z, 0.0, 0, 0)), ("no_params", ()),
                        ("mark_flat", (z.view(np.uint32), 0, None, 0))):
         m.function(name).launch(1, 32, *args, stream=s)
     s.synchronize()
@@ -233,6 +239,19 @@ def _consume(mod, path, x, out, consumer):
         p = twice.bind(g, 256, out, x, N)
         p.launch_on(consumer)
         return p
+    elif path == "builder":
+        twice.builder(g, 256, stream=consumer).push_arg(out).push_arg(x).push_arg(N).launch()
+    elif path == "builder_tensor":
+        twice_t = mod.function("twice_t")
+        twice_t.builder(g, 256, stream=consumer).push_arg(out).push_tensor(x).launch()
+    elif path == "builder_bind":
+        p = twice.builder(g, 256, stream=consumer).push_arg(out).push_arg(x).push_arg(N).bind()
+        p.launch()
+        return p
+    elif path == "builder_await":
+        async def go():
+            await mod.function("twice_t").builder(g, 256, stream=consumer).push_arg(out).push_tensor(x)
+        asyncio.run(go())
     elif path == "queue":
         q = cd.Queue(streams=2)
         q.launch(twice, g, 256, out, x, N)
@@ -255,7 +274,8 @@ def _consume(mod, path, x, out, consumer):
         raise AssertionError(path)
 
 
-PATHS = ["generic", "asbuffer", "bind", "bind_asbuffer", "launch_on", "queue", "aio", "sequence", "capture"]
+PATHS = ["generic", "asbuffer", "bind", "bind_asbuffer", "launch_on", "queue", "aio", "sequence", "capture", "builder",
+         "builder_tensor", "builder_bind", "builder_await"]
 
 
 @pytest.mark.parametrize("path", PATHS)

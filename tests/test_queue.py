@@ -6,6 +6,7 @@ ordering rules are checked call by call. The second part (marked gpu) checks
 values, overlap and hazards on the device."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -819,3 +820,278 @@ def test_a_launch_with_a_malformed_array_interface_is_refused_before_anything_is
     assert SIM.log == [] and q.submissions == 0
     q.launch(A, 1, 32, np.zeros(4), buffers(1)[0])        # no array interface at all: the launch judges it
     assert q.submissions == 1
+
+
+# --- process-wide defaults (CPU) ------------------------------------------------------------------
+
+@pytest.fixture
+def clean_defaults(monkeypatch):
+    monkeypatch.delenv("PYCUDADRV_QUEUE_STREAMS", raising=False)
+    monkeypatch.delenv("PYCUDADRV_QUEUE_POLICY", raising=False)
+    qmod.reset_queue_defaults()
+    yield
+    qmod.reset_queue_defaults()
+
+
+def test_queue_defaults_set_in_code_apply_to_new_queues_twice_in_a_row(fake, clean_defaults):
+    assert qmod.get_queue_defaults() == {"streams": 4, "policy": "greedy"}
+    for streams, policy in [(3, "round_robin"), (2, "greedy")]:
+        before = qmod.set_queue_defaults(streams=streams, policy=policy)
+        assert qmod.get_queue_defaults() == {"streams": streams, "policy": policy} != before
+        q = cd.Queue()
+        assert (len(q.streams), q.policy) == (streams, policy)
+        assert len(cd.Queue(streams=1).streams) == 1 and cd.Queue(policy="round_robin").policy == "round_robin"
+        x, y = buffers(2)
+        q.launch(A, 1, 32, y, x)                     # a queue made from the defaults works as any other
+        assert q.stats()["submissions"] == 1
+    qmod.set_queue_defaults(policy="round_robin")          # None leaves the other value as it is
+    assert qmod.get_queue_defaults() == {"streams": 2, "policy": "round_robin"}
+    qmod.reset_queue_defaults()
+    assert qmod.get_queue_defaults() == {"streams": 4, "policy": "greedy"}
+
+
+@pytest.mark.parametrize("kw, error, text", [
+    ({"streams": 0}, cd.ArgumentValueError, r"set_queue_defaults: streams must be in \[1, 1024\], got 0"),
+    ({"streams": 1025}, cd.ArgumentValueError, r"streams must be in \[1, 1024\], got 1025"),
+    ({"streams": True}, cd.ArgumentTypeError, "streams must be an int, got True"),
+    ({"streams": 2.0}, cd.ArgumentTypeError, "streams must be an int, got 2.0"),
+    ({"streams": 2, "policy": "fastest"}, cd.ArgumentValueError, "policy must be one of .*got 'fastest'"),
+])
+def test_a_refused_set_defaults_changes_nothing(fake, clean_defaults, kw, error, text):
+    qmod.set_queue_defaults(streams=3)
+    with pytest.raises(error, match=text):
+        qmod.set_queue_defaults(**kw)
+    assert qmod.get_queue_defaults() == {"streams": 3, "policy": "greedy"}    # not even the valid half applied
+
+
+DEFAULTS_SCRIPT = r"""
+import json, warnings
+import pycudadrv.queue as q
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    got = q.get_queue_defaults()
+q.set_queue_defaults(streams=7)
+print(json.dumps({"got": got, "warnings": [str(x.message) for x in w], "after_set": q.get_queue_defaults()}))
+"""
+
+
+@pytest.mark.parametrize("env, expect, warned", [
+    ({"PYCUDADRV_QUEUE_STREAMS": "2", "PYCUDADRV_QUEUE_POLICY": "round_robin"}, {"streams": 2, "policy": "round_robin"},
+     None),
+    ({"PYCUDADRV_QUEUE_STREAMS": " 16 ", "PYCUDADRV_QUEUE_POLICY": " Greedy "}, {"streams": 16, "policy": "greedy"},
+     None),
+    ({"PYCUDADRV_QUEUE_STREAMS": "0"}, {"streams": 4, "policy": "greedy"}, "PYCUDADRV_QUEUE_STREAMS='0' is not an integer >= 1"),
+    ({"PYCUDADRV_QUEUE_STREAMS": "2000"}, {"streams": 4, "policy": "greedy"}, "is not an integer <= 1024"),
+    ({"PYCUDADRV_QUEUE_STREAMS": "many"}, {"streams": 4, "policy": "greedy"}, "'many' is not an integer"),
+    ({"PYCUDADRV_QUEUE_POLICY": "fastest"}, {"streams": 4, "policy": "greedy"},
+     "PYCUDADRV_QUEUE_POLICY='fastest' is not one of greedy, round_robin"),
+])
+def test_queue_defaults_come_from_the_environment_in_a_new_process(env, expect, warned):
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYCUDADRV_QUEUE_")}
+    child_env.update(env)
+    child_env["PYTHONPATH"] = os.path.dirname(os.path.dirname(cd.__file__)) + os.pathsep + child_env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", DEFAULTS_SCRIPT], capture_output=True, text=True, timeout=120,
+                       env=child_env)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["got"] == expect
+    assert got["after_set"]["streams"] == 7                        # set_queue_defaults wins over the variable
+    if warned is None:
+        assert got["warnings"] == []
+    else:
+        assert len(got["warnings"]) == 1 and warned in got["warnings"][0]
+
+
+def test_config_flags_queue_variables_it_would_not_use():
+    from pycudadrv import config
+
+    assert config.value_problem("PYCUDADRV_QUEUE_STREAMS", "8") is None
+    assert "above the maximum 1024" in config.value_problem("PYCUDADRV_QUEUE_STREAMS", "4096")
+    assert "below the minimum 1" in config.value_problem("PYCUDADRV_QUEUE_STREAMS", "0")
+    assert config.value_problem("PYCUDADRV_QUEUE_POLICY", "round_robin") is None
+    assert "not one of greedy, round_robin" in config.value_problem("PYCUDADRV_QUEUE_POLICY", "lifo")
+
+
+# --- the compiled tracker against its reference model (CPU) ---------------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2),                                      # stream
+                          st.lists(st.tuples(st.integers(0, 15), st.integers(1, 6), st.booleans()),
+                                   min_size=1, max_size=3)),                      # (start, length, write)
+                min_size=1, max_size=25))
+def test_the_compiled_tracker_keeps_what_the_reference_model_keeps(program):
+    global SIM
+    SIM = Sim()
+    saved = qmod.Stream, qmod.Event, qmod.Buffer, ranges.Buffer
+    qmod.Stream, qmod.Event, qmod.Buffer, ranges.Buffer = FakeStream, FakeEvent, FakeBuffer, FakeBuffer
+    try:
+        q = cd.Queue(streams=3)
+        (buf,) = buffers(1, 32 * 64)
+        ref = RangeTracker()
+        k = FakeKernel("k", "int n")                    # no pointer parameters: every access is explicit
+        for s, accesses in program:
+            acc = {}
+            for start, length, w in accesses:           # reads first, then writes (named in both: a write)
+                if not w:
+                    acc[(buf.ptr + 64 * start, buf.ptr + 64 * (start + length))] = False
+            for start, length, w in accesses:
+                if w:
+                    acc[(buf.ptr + 64 * start, buf.ptr + 64 * (start + length))] = True
+            views = {w: [buf[64 * a:64 * (a + n)] for a, n, ww in accesses if ww == w] for w in (False, True)}
+            deps = {}
+            for (lo, hi), w in acc.items():
+                ref.collect(lo, hi, w, object(), deps)
+            waits_before = q.stats()["waits"]
+            sub = q.launch(k, 1, 32, 1, reads=views[False], writes=views[True], stream=q.streams[s])
+            expect_waits = len({lane for lane in deps if lane is not sub.lane})
+            assert q.stats()["waits"] - waits_before <= expect_waits       # never more than one per lane
+            for (lo, hi), w in acc.items():
+                ref.commit(lo, hi, w, sub)
+            model = [(s0, seg[0], None if seg[1] is None else seg[1].seq, sorted(r.seq for r in seg[2].values()))
+                     for s0, seg in sorted(ref.segs.items())]
+            assert q._tracker_dump() == model
+    finally:
+        qmod.Stream, qmod.Event, qmod.Buffer, ranges.Buffer = saved
+
+
+# --- fault reports name the kernel (CPU) ---------------------------------------------------------
+
+def test_a_fault_behind_an_unfinished_fill_names_the_kernel_not_the_fill(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y, u = buffers(3)
+    q.fill(x, 1.0)                                              # #1 not a kernel, not seen complete
+    q.launch(FakeKernel("wild", "float* u"), 1, 32, u)          # #2 the kernel
+    q.launch(A, 1, 32, y, x)                                    # #3
+    SIM.fault = cd.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered",
+                             "cuStreamSynchronize")
+    for _ in range(2):                                          # the same report at every sync point
+        with pytest.raises(cd.CudaError) as e:
+            q.synchronize()
+        msg = str(e.value)
+        assert "the earliest kernel not seen complete is kernel 'wild' (#2, stream 1 of the queue)" in msg
+        assert f"before it, not seen complete (not kernels): fill of {x.nbytes} bytes (#1)" in msg
+        assert "also unfinished: kernel 'A' (#3)" in msg and e.value.code == 700
+
+
+# --- cuDNN plans as submissions, with a pretend plan (CPU) -----------------------------------------
+
+class FakePlan:
+    """What Queue.matmul uses of a MatmulPlan: calling it on a stream, its workspace, shapes and repr."""
+    m, n, k, dtype, closed = 8, 8, 8, "float32", False
+
+    def __init__(self, workspace):
+        self.workspace = workspace
+
+    def __call__(self, a, b, out, stream=None):
+        SIM.log.append(("launch", stream.id, "plan"))
+        SIM.last[stream.id] = "plan"
+
+    def __repr__(self):
+        return "<FakePlan>"
+
+
+def test_a_plan_execution_is_ordered_against_kernels_by_its_reads_and_writes(fake, monkeypatch):
+    monkeypatch.setattr(qmod, "_plan_type", lambda: FakePlan)
+    q = cd.Queue(streams=2)
+    a, b, out, ws, z = buffers(5)
+    plan = FakePlan(ws)
+    for _ in range(2):                                     # twice in one queue, after a kernel each time
+        SIM.log.clear()
+        q.launch(FakeKernel("make_a", "float* a"), 1, 32, a, stream=q.streams[0])
+        sub = q.matmul(plan, a, b, out, stream=q.streams[1], timed=True)
+        assert waits(q) == [(1, "make_a")]                 # reads a: after its writer
+        assert sub.label == "cuDNN matmul 8x8x8 (float32)" and sub.is_kernel and sub.timed
+        q.launch(FakeKernel("use_out", "float* z, const float* out"), 1, 32, z, out, stream=q.streams[0])
+        assert waits(q)[-1] == (0, "plan")                 # reads out: after the plan
+        q.matmul(plan, b, b, out, stream=q.streams[0])     # out and the workspace again: stream 0 waited already
+        assert waits(q) == [(1, "make_a"), (0, "plan")]
+        q.matmul(plan, b, a, z, stream=q.streams[1])       # nothing shared but the workspace: write after write
+        assert waits(q) == [(1, "make_a"), (0, "plan"), (1, "plan")]
+        q.synchronize()
+    with pytest.raises(cd.ArgumentTypeError, match="Queue.matmul takes a cuDNN MatmulPlan"):
+        q.matmul(object(), a, b, out)
+
+
+def test_timed_submissions_are_refused_inside_a_capture(fake):
+    q = cd.Queue(streams=2)
+    x, y = buffers(2)
+    with q.capture():
+        with pytest.raises(cd.CaptureError, match="timed=True during Queue.capture"):
+            q.launch(A, 1, 32, y, x, timed=True)
+    with pytest.raises(cd.StateError, match="was not submitted with timed=True"):
+        q.launch(A, 1, 32, y, x).elapsed_ms()
+
+
+# --- on the GPU: plans, timing and fault reports ---------------------------------------------------
+
+HALF_KERNELS = r"""
+__device__ unsigned long long now16() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// One block: wait `ns` nanoseconds, then copy n 16-bit values (float16 bits).
+extern "C" __global__ void spin_copy16(unsigned short* out, const unsigned short* in, long long ns, int n) {
+    unsigned long long t0 = now16();
+    if (threadIdx.x == 0) { while (now16() - t0 < (unsigned long long)ns) { } }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = in[i];
+}
+"""
+
+
+@pytest.mark.gpu
+def test_plan_submissions_are_ordered_against_kernels_and_give_the_numpy_values(rng):
+    from pycudadrv import cudnn
+
+    reason = cudnn.unavailable_reason()
+    if reason is not None:
+        pytest.skip(f"cuDNN unavailable: {reason}")
+    spin = cd.compile(HALF_KERNELS).load().function("spin_copy16")
+    m, k, n = 96, 64, 48
+    plan = cudnn.matmul_plan((m, k), (k, n), "float16")
+    with cd.Queue(streams=2) as q:
+        for _ in range(2):              # twice in one process, each time right after a kernel
+            a_h = rng.standard_normal((m, k)).astype(np.float16)
+            b_h = rng.standard_normal((k, n)).astype(np.float16)
+            src, b = q.from_numpy(a_h), q.from_numpy(b_h)
+            a = q.from_numpy(np.full((m, k), np.nan, np.float16))
+            out = q.from_numpy(np.full((m, n), np.nan, np.float16))
+            out2 = q.from_numpy(np.full((m, n), np.nan, np.float16))
+            q.synchronize()
+            # a = src, written 20 ms late on stream 0; the plan on stream 1 reads a: it must wait for that.
+            q.launch(spin, 1, 256, a, src, 20 * MS, m * k, stream=q.streams[0])
+            sub = q.matmul(plan, a, b, out, stream=q.streams[1], timed=True)
+            # out2 = out on stream 0: after the plan (it reads out).
+            q.launch(spin, 1, 256, out2, out, 0, m * n, stream=q.streams[0])
+            got = q.read(out2).astype(np.float64)
+            assert sub.elapsed_ms() > 0.0 and sub.is_kernel
+            ref = a_h.astype(np.float64) @ b_h.astype(np.float64)
+            assert np.isfinite(got).all()
+            assert float(np.linalg.norm(got - ref) / np.linalg.norm(ref)) < 1e-2
+
+
+@pytest.mark.gpu
+def test_a_timed_launch_reports_its_gpu_time(mod, rng):
+    spin = mod.function("spin_copy")
+    with cd.Queue(streams=2) as q:
+        x = q.from_numpy(rng.standard_normal(256).astype(np.float32))
+        y = q.from_numpy(np.full(256, np.nan, np.float32))
+        t = q.from_numpy(np.zeros(2, np.uint64))
+        for _ in range(2):
+            sub = q.launch(spin, 1, 256, y, x, 5 * MS, t, 256, timed=True)
+            assert 4.5 <= sub.elapsed_ms() < 1000.0
+            np.testing.assert_array_equal(q.read(y), q.read(x))
+
+
+FAULT_AFTER_UPLOAD_SCRIPT = FAULT_SCRIPT.replace(
+    "q.synchronize()\ntry:\n",
+    "q.synchronize()\ntry:\n    q.copy(np.ones(1 << 22, np.float32), q.empty(1 << 22, np.float32))   # an upload first\n")
+
+
+@pytest.mark.gpu
+def test_a_fault_behind_an_upload_names_the_kernel_not_the_upload():
+    assert "an upload first" in FAULT_AFTER_UPLOAD_SCRIPT
+    got = _run_isolated(FAULT_AFTER_UPLOAD_SCRIPT)
+    assert got["raised"] == "CudaError"
+    assert re.search(r"the earliest (kernel|submission) not seen complete is kernel 'wild_write'", got["message"])

@@ -1,0 +1,97 @@
+from libc.stdint cimport uint64_t
+
+# What a submission is (its label, and whether a fault report names it as a kernel).
+cdef enum:
+    K_LAUNCH = 1        # "kernel 'name'"
+    K_PREPARED = 2      # "kernel 'name' (prepared)"
+    K_OTHER = 3         # the label as given (copies, fills, reads, allocations)
+    K_OTHER_KERNEL = 4  # the label as given, a kernel all the same (dispatch, graph, cuDNN plan)
+
+cdef class _Lane
+
+# The lanes a submission depends on (borrowed pointers to _Lane: the queue holds its lanes).
+ctypedef struct DepList:
+    void** lanes
+    Py_ssize_t n
+    Py_ssize_t cap
+
+# One piece of work of a Queue: its place in issue order, its stream (lane), the
+# event recorded after it, and what it was (kind, name) for its label.
+cdef class Submission:
+    cdef readonly long long seq
+    cdef readonly _Lane lane
+    cdef public bint done
+    cdef object _event             # recorded after it (pooled; None once recycled)
+    cdef object _start             # timed: the timing event recorded before it, else None
+    cdef bint _exposed             # .event was handed out: never recycled
+    cdef bint _captured            # recorded into a graph: never run by itself
+    cdef bint _kernel              # a kernel (launch, prepared, dispatch, graph, cuDNN plan), for fault reports
+    cdef int _kind
+    cdef object _name              # kernel name, or the whole label for other kinds
+    cdef list _lanes               # its queue's lanes (what a fault report lists); not the queue itself
+
+# A stream the queue issues on (a pool stream, or another one given by stream= or a
+# Dispatch's encoder), with its in-flight submissions and its ordering state per mode
+# (0: eager, 1: the capture in progress).
+cdef class _Lane:
+    cdef readonly int index
+    cdef readonly object stream
+    cdef readonly bint owned
+    cdef list inflight             # Submissions not yet seen complete, in issue order, from `head`
+    cdef Py_ssize_t head
+    cdef dict kw                   # {"stream": stream}: the keywords of a launch on it
+    cdef Submission tail0, tail1   # the last submission issued on it (eager, capture)
+    cdef long long* seen0          # per producer lane index: the highest seq already waited for
+    cdef long long* seen1
+    cdef Py_ssize_t nseen0, nseen1
+    cdef long long load1           # submissions during the capture (the greedy choice)
+    cdef bint joined1              # joined the capture
+    cdef Submission dep            # the collection of one submission's dependencies
+    cdef long long dep_gen
+
+cdef class _Seg:
+    cdef uint64_t lo, hi
+    cdef Submission writer         # the last writer, or None
+    # The latest reader per lane since that write: r0, r1, then the list `rs` (None until a third lane).
+    cdef Submission r0, r1
+    cdef list rs
+
+# Disjoint byte ranges of device memory, sorted, each with its last writer and readers since.
+cdef class _Tracker:
+    cdef list segs
+    cdef Py_ssize_t limit
+
+    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen)
+    # Hand add_dep what an access of [lo, hi) must wait for; return the pending writer of its
+    # first overlapping segment that has one (or None).
+    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, DepList* deps,
+                            long long gen)
+    cdef int _split(self, uint64_t x) except -1
+    # Record that `sub` reads (or writes) [lo, hi).
+    cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1
+    # Drop what only finished submissions touched.
+    cdef int prune(self) except -1
+
+# The submission being collected (number `gen`) depends on `d`: the latest per lane counts, and each
+# lane with one is listed once in `deps` (its `dep`).
+cdef int add_dep(DepList* deps, long long gen, Submission d) except -1
+cdef _Lane new_lane(int index, object stream, bint owned)
+cdef Py_ssize_t in_flight(_Lane lane)
+# The submissions of `lanes` not seen complete, in issue order.
+cdef list pending_of(list lanes)
+# Mark `lane`'s submissions up to `sub` (seen complete) done, recycling their events into `events`.
+cdef int retire_to(_Lane lane, Submission sub, list events) except -1
+# Query the front of each lane (cuEventQuery) and retire what completed.
+cdef int retire_fronts(list lanes, list events) except -1
+# What `lane` (in mode m) already waited for of producer lane `producer`: the highest seq.
+cdef long long seen(_Lane lane, int m, int producer)
+cdef int set_seen(_Lane lane, int m, int producer, long long seq) except -1
+cdef int forget_seen(_Lane lane, int m) except -1
+
+# The driver calls of a submission: C for pycudadrv's own Streams and Events, their Python methods else.
+cdef int wait_event(object s, object ev) except -1          # cuStreamWaitEvent
+cdef int record_event(object ev, object s) except -1        # cuEventRecord
+cdef bint event_done(object ev) except -1                   # cuEventQuery (CaptureError where forbidden)
+cdef bint stream_idle(object st) except -1                  # cuStreamQuery
+cdef int wait_stream(object s, object st) except -1         # s waits for the work queued on st so far
+cdef bint stream_closed(object st) except -1

@@ -1,0 +1,56 @@
+from libc.stdint cimport uint64_t
+from pycudadrv._hazards cimport Submission, _Lane, _Tracker, DepList
+
+# One byte range [lo, hi) touched by a submission (the Queue's scratch list of them).
+ctypedef struct QueueAccess:
+    uint64_t lo
+    uint64_t hi
+    bint write
+
+cdef class QueueCore:
+    cdef object _device
+    cdef list _lanes
+    cdef int _pool
+    cdef bint _round_robin
+    cdef int _rr
+    cdef dict _foreign             # stream handle -> _Lane
+    cdef set _pool_ids             # id() of the pool streams
+    cdef list _events              # recycled events (timing=False)
+    cdef long long _seq
+    cdef long long _gen
+    cdef int _m                    # 0 eager, 1 capturing
+    cdef _Tracker _t0, _t1
+    cdef object _graph             # the graph being captured (mode 1), else None
+    cdef object _fork              # its fork event
+    cdef list _joined              # lanes joined to the capture
+    cdef dict _layouts             # Function -> (params, access bytes or None)
+    cdef object _last_fn, _last_params, _last_acc
+    cdef bint _closed
+    cdef bint _ready               # __init__ ran (_setup)
+    cdef readonly long long submissions
+    cdef readonly long long waits
+    cdef object _Buffer, _Stream, _Event   # the types the queue works with (its module's names at creation)
+    cdef QueueAccess* _acc
+    cdef Py_ssize_t _nacc, _cacc
+    cdef list _fresh               # allocation streams outside the pool to check, per submission ([:_nfresh])
+    cdef Py_ssize_t _nfresh
+    cdef DepList _deps             # lanes with a dependency of the submission being issued
+    cdef int _countdown            # submissions until the next full retire check
+    cdef object _memo_stream       # the last allocation stream looked up in the pool, and the answer
+    cdef bint _memo_in_pool
+
+    cdef int _check(self, str name) except -1
+    cdef int _let_go(self) except -1
+    cdef int _add(self, uint64_t lo, uint64_t hi, bint write, bint override) except -1
+    cdef int _add_span(self, object sp, bint write, bint override) except -1
+    cdef int _begin(self) except -1
+    cdef int _sight(self, object st) except -1
+    cdef int _sight_buffer(self, object buf) except -1
+    cdef object _param_access(self, object fn)
+    cdef int _args_access(self, object fn, object args, str verb, str name) except -1
+    cdef int _explicit_c(self, object reads, object writes, str what) except -1
+    cdef _Lane _lane_of(self, object stream)
+    cdef _Lane _choose(self, Submission first)
+    cdef int _retire(self) except -1
+    cdef Submission _issue(self, int kind, object name, object stream, object target, object args, object grid,
+                           object block, dict kw, tuple keep, bint timed)

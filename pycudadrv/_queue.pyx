@@ -1,0 +1,694 @@
+# cython: language_level=3
+"""The core of :class:`pycudadrv.Queue` (pycudadrv/queue.py is the public
+class, built on :class:`QueueCore`): the access list of each submission, the
+stream choice, the ``cuStreamWaitEvent`` of each hazard, one pooled event
+recorded per submission and the :class:`Submission` handle -- the one Python
+object a submission makes (the bookkeeping itself is pycudadrv._hazards').
+
+The queue works with the Stream, Event and Buffer types its module names at
+creation (pycudadrv's own; the CPU tests put pretend ones there): pycudadrv's
+own objects take the C paths (fields read directly, one driver call each),
+anything else is driven through its Python methods."""
+cimport cython
+from cpython.ref cimport PyObject
+from libc.stdint cimport uint64_t
+from libc.stdlib cimport realloc, free
+from pycudadrv._event cimport Event
+from pycudadrv._memory cimport Buffer
+from pycudadrv._launch cimport Function, PreparedLaunch
+from pycudadrv._marshal cimport ParamLayout, POINTER
+from pycudadrv._stream cimport Stream
+from pycudadrv._hazards cimport (Submission, _Lane, _Tracker, K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL,
+                                 new_lane, in_flight, pending_of, retire_to, retire_fronts, seen, set_seen, forget_seen,
+                                 wait_event, record_event,
+                                 event_done, stream_idle, wait_stream, stream_closed)
+
+import numpy as np
+from pycudadrv._errors import ArgumentTypeError, CaptureError, ClosedError, CudaError, StateError
+from pycudadrv._hazards import fault_error, not_made
+from pycudadrv._ranges import span as _span
+
+__all__ = ["QueueCore", "ASYNC_ERROR_CODES"]
+
+# Sticky errors of a kernel that already ran: the next driver call reports them, whatever it is.
+ASYNC_ERROR_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
+_SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview, type(None), str)
+# Function.launch unbound (no bound method made per submission), and the keyword its stream goes by.
+cdef object _FUNCTION_LAUNCH = Function.launch
+cdef tuple _STREAM_KW = ("stream",)
+
+cdef extern from "Python.h":
+    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf, object kwnames)
+
+cdef enum:
+    _VECTOR_MAX = 64        # launches with more arguments build a tuple instead
+
+
+cdef int _call_launch(object fn, object grid, object block, object args, object s, dict kw, dict lane_kw) except -1:
+    """``fn.launch(grid, block, *args, stream=s, **kw)``: a vectorcall straight into the unbound
+    Function.launch (no argument tuple, no keyword dict) in the common case."""
+    cdef PyObject* vec[_VECTOR_MAX + 4]
+    cdef Py_ssize_t k, n = len(args)
+    if type(fn) is Function and not kw and n <= _VECTOR_MAX:
+        vec[0] = <PyObject*>fn
+        vec[1] = <PyObject*>grid
+        vec[2] = <PyObject*>block
+        for k in range(n):
+            vec[3 + k] = <PyObject*>args[k]      # borrowed: `args` (a tuple) holds them
+        vec[3 + n] = <PyObject*>s
+        PyObject_Vectorcall(_FUNCTION_LAUNCH, vec, <size_t>(3 + n), _STREAM_KW)
+        return 0
+    if kw:
+        kw = dict(kw)
+        kw["stream"] = s
+    else:
+        kw = lane_kw
+    fn.launch(grid, block, *args, **kw)
+    return 0
+# A full check of which submissions completed (the front of every lane) at least this often, in
+# submissions; the least-loaded choice checks first too.
+cdef enum:
+    _RETIRE_EVERY = 16
+
+
+# -- the queue's core ---------------------------------------------------------------------------
+
+@cython.auto_pickle(False)
+@cython.no_gc_clear         # __dealloc__ reads the lanes (_let_go)
+cdef class QueueCore:
+    """What every :class:`pycudadrv.Queue` submission goes through (see pycudadrv/queue.py for the class
+    users make)."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._t0 = _Tracker()
+        self._t1 = _Tracker()
+        self._closed = True
+
+    def __dealloc__(self):
+        free(self._acc)
+        free(self._deps.lanes)
+        self._let_go()
+
+    cdef int _let_go(self) except -1:
+        """Drop the lanes' references to Submissions: Submissions (not tracked by the garbage collector)
+        reference the lanes, so the queue breaks that cycle itself when it closes or goes."""
+        cdef _Lane lane
+        if self._lanes is None:
+            return 0
+        for lane in self._lanes:
+            del lane.inflight[:]
+            lane.head = 0
+            lane.tail0 = lane.tail1 = lane.dep = None
+        return 0
+
+    def _setup(self, device, list pool, bint round_robin, stream_type, event_type, buffer_type):
+        """Take over the pool's streams (made by the caller) and the types to work with."""
+        cdef int k
+        self._device = device
+        self._lanes = [new_lane(k, pool[k], True) for k in range(len(pool))]
+        self._pool = len(pool)
+        self._round_robin = round_robin
+        self._foreign = {}
+        self._pool_ids = {id(s) for s in pool}
+        self._events = []
+        self._layouts = {}
+        self._fresh = []
+        self._joined = []
+        self._Stream = stream_type
+        self._Event = event_type
+        self._Buffer = buffer_type
+        self._closed = False
+        self._ready = True
+
+    cdef int _check(self, str name) except -1:
+        if not self._ready:
+            raise not_made("Queue", name, "Queue(device, streams=4)")
+        if self._closed:
+            raise ClosedError("Queue is closed")
+        return 0
+
+    @property
+    def streams(self) -> tuple:
+        """The pool's Streams."""
+        if not self._ready:
+            raise not_made("Queue", "streams", "Queue(device, streams=4)")
+        return tuple((<_Lane>self._lanes[k]).stream for k in range(self._pool))
+
+    @property
+    def _capturing(self):
+        return self._m == 1
+
+    @property
+    def _closed_now(self):
+        return self._closed or not self._ready
+
+    # -- accesses of the submission being built --------------------------------------------------
+    cdef int _add(self, uint64_t lo, uint64_t hi, bint write, bint override) except -1:
+        """Add ``[lo, hi)``; the same range again: ``override`` sets its mode, else a write wins."""
+        cdef Py_ssize_t k
+        cdef QueueAccess* p
+        for k in range(self._nacc):
+            if self._acc[k].lo == lo and self._acc[k].hi == hi:
+                self._acc[k].write = write if override else (self._acc[k].write or write)
+                return 0
+        if self._nacc == self._cacc:
+            p = <QueueAccess*>realloc(self._acc, max(8, 2 * self._cacc) * sizeof(QueueAccess))
+            if p == NULL:
+                raise MemoryError("Queue access list")
+            self._acc = p
+            self._cacc = max(8, 2 * self._cacc)
+        self._acc[self._nacc].lo = lo
+        self._acc[self._nacc].hi = hi
+        self._acc[self._nacc].write = write
+        self._nacc += 1
+        return 0
+
+    cdef int _add_span(self, object sp, bint write, bint override) except -1:
+        if sp is not None:
+            lo, hi = sp
+            self._add(<uint64_t>lo, <uint64_t>min(hi, 0xFFFFFFFFFFFFFFFF), write, override)
+        return 0
+
+    cdef int _begin(self) except -1:
+        cdef Py_ssize_t k
+        self._nacc = 0
+        for k in range(self._nfresh):
+            self._fresh[k] = None
+        self._nfresh = 0
+        return 0
+
+    cdef int _sight(self, object st) except -1:
+        """Note the allocation stream ``st`` of a Buffer: outside the pool, its queued work (the
+        allocation, an upload by from_numpy) must come first."""
+        cdef bint in_pool
+        cdef Py_ssize_t k
+        if st is None:
+            return 0
+        if st is self._memo_stream:
+            in_pool = self._memo_in_pool
+        else:
+            in_pool = id(st) in self._pool_ids
+            self._memo_stream = st
+            self._memo_in_pool = in_pool
+        if not in_pool:
+            for k in range(self._nfresh):
+                if self._fresh[k] is st:
+                    return 0
+            if self._nfresh < len(self._fresh):
+                self._fresh[self._nfresh] = st
+            else:
+                self._fresh.append(st)
+            self._nfresh += 1
+        return 0
+
+    cdef int _sight_buffer(self, object buf) except -1:
+        if type(buf) is Buffer:
+            return self._sight((<Buffer>buf)._alloc.stream)
+        return self._sight(buf.stream)
+
+    cdef object _param_access(self, object fn):
+        """Per parameter a byte: 2 written (``T*``, or constness unknown), 1 read (``const T*``), 0 not a
+        pointer; None when the layout is unknown (every Buffer argument is read and written)."""
+        cdef ParamLayout lay
+        if type(fn) is Function:
+            lay = (<Function>fn).layout
+            params = lay.params
+            if fn is self._last_fn and params is self._last_params:
+                return self._last_acc
+            hit = self._layouts.get(fn)
+            if hit is None or hit[0] is not params:
+                acc = None if params is None else bytes(
+                    [(1 if p.const is True else 2) if p.kind == POINTER else 0 for p in params])
+                hit = self._layouts[fn] = (params, acc)
+            self._last_fn = fn
+            self._last_params = params
+            self._last_acc = hit[1]
+            return hit[1]
+        src = fn.layout_source
+        hit = self._layouts.get(fn)
+        if hit is not None and hit[0] == src:
+            return hit[1]
+        layout = fn.param_layout
+        acc = None if layout is None else bytes(
+            [(1 if p.const is True else 2) if p.kind == POINTER else 0 for p in layout])
+        self._layouts[fn] = (src, acc)
+        return acc
+
+    def _param_modes(self, fn):
+        """Per parameter of ``fn``: 2 written, 1 read, 0 not a pointer (bytes); None when unknown."""
+        return self._param_access(fn)
+
+    cdef int _args_access(self, object fn, object args, str verb, str name) except -1:
+        """The accesses of a launch of ``fn`` (kernel ``name``) with ``args`` (a tuple or list); ``verb``
+        (``"launch"`` or ``"submit"``) names the method in messages."""
+        cdef object per = self._param_access(fn)
+        cdef bytes pb
+        cdef const unsigned char* pc = NULL
+        cdef Py_ssize_t k, n = -1
+        cdef int mode
+        cdef object a, sp
+        cdef Buffer b
+        cdef type t
+        cdef object buffer_type = self._Buffer
+        if per is not None:
+            pb = <bytes>per
+            pc = pb
+            n = len(pb)
+        for k in range(len(args)):
+            a = args[k]
+            t = type(a)
+            if n < 0:
+                mode = 2                # layout unknown: read and written
+            else:
+                mode = pc[k] if k < n else 0
+            if t is Buffer:
+                b = <Buffer>a
+                if b._nbytes == 0:
+                    continue
+                b.ensure_open()
+                self._sight(b._alloc.stream)
+                if mode:
+                    self._add(b._ptr, b._ptr + b._nbytes, mode == 2, False)
+                continue
+            if t is int or t is float or t is bool or isinstance(a, _SCALARS):
+                continue
+            if t is buffer_type:
+                m = a.nbytes
+                if m == 0:
+                    continue
+                lo = a.ptr
+                sp = (lo, lo + m)
+                self._sight(a.stream)
+            else:
+                try:
+                    sp = _span(a, f"Queue.{verb} of kernel '{name}', argument #{k}")
+                except ArgumentTypeError:
+                    if isinstance(getattr(a, "__cuda_array_interface__", None), dict):
+                        raise     # a malformed array interface: the queue cannot tell which bytes it covers
+                    continue      # not memory the queue can see; the launch itself judges the value
+            if mode:
+                self._add_span(sp, mode == 2, False)
+        return 0
+
+    cdef int _explicit_c(self, object reads, object writes, str what) except -1:
+        cdef Py_ssize_t k
+        for label, items, w in (("reads", reads, False), ("writes", writes, True)):
+            if items is None:
+                continue
+            if isinstance(items, (self._Buffer, Buffer, str, bytes)) or not hasattr(items, "__iter__"):
+                items = (items,)
+            for k, b in enumerate(items):
+                sp = _span(b, f"{what}, {label}[{k}]")
+                if sp is not None:
+                    self._add_span(sp, w, True)     # writes come second: named in both, it is a write
+                    if isinstance(b, (self._Buffer, Buffer)):
+                        self._sight_buffer(b)
+        return 0
+
+    def _access_of(self, list access, list fresh, reads=None, writes=None, what="Queue"):
+        """Start a submission's access list from Python: ``access`` of ``((lo, hi), is_write)`` (the same
+        range twice: a write wins), ``fresh`` the allocation streams to check, then ``reads=`` /
+        ``writes=`` (they override)."""
+        self._check("submit")
+        self._begin()
+        for sp, w in access:
+            self._add_span(sp, w, False)
+        for st in fresh:
+            self._sight(st)
+        if reads is not None or writes is not None:
+            self._explicit_c(reads, writes, what)
+
+    def _note_buffer(self, buf, bint write, str what):
+        """Add Buffer ``buf`` to the access list being built (ArgumentTypeError for anything else)."""
+        if not isinstance(buf, (self._Buffer, Buffer)):
+            raise ArgumentTypeError(f"{what}: expected a pycudadrv Buffer, got {type(buf).__name__}")
+        self._add_span(_span(buf, what), write, False)
+        self._sight_buffer(buf)
+
+    def _note_whole(self):
+        """The whole address space, written: a barrier."""
+        self._add(0, <uint64_t>0xFFFFFFFFFFFFFFFF, True, False)
+
+    # -- stream choice ----------------------------------------------------------------------------
+    cdef _Lane _lane_of(self, object stream):
+        cdef _Lane lane
+        cdef int k
+        if not isinstance(stream, (self._Stream, Stream)):
+            raise ArgumentTypeError(f"stream= must be a pycudadrv Stream, got {type(stream).__name__}")
+        for k in range(self._pool):
+            lane = <_Lane>self._lanes[k]
+            if lane.stream is stream:
+                return lane
+        handle = stream.handle
+        lane = self._foreign.get(handle)
+        if lane is None or lane.stream is not stream:
+            if stream_closed(stream):
+                raise ClosedError(f"stream= {stream!r} is closed")
+            lane = new_lane(len(self._lanes), stream, False)
+            self._lanes.append(lane)
+            self._foreign[handle] = lane
+        return lane
+
+    cdef _Lane _choose(self, Submission first):
+        cdef _Lane lane, best
+        cdef int k
+        cdef long long load, least
+        if self._round_robin:
+            k = self._rr
+            self._rr = (k + 1) % self._pool
+            return <_Lane>self._lanes[k]
+        if first is not None:
+            lane = first.lane
+            if lane.owned and (lane.tail0 if self._m == 0 else lane.tail1) is first:
+                return lane       # right behind its input: no wait, nothing unrelated in between
+        if self._m == 0:
+            for k in range(self._pool):     # a stream with nothing in flight is least loaded, without asking
+                lane = <_Lane>self._lanes[k]
+                if in_flight(lane) == 0:
+                    return lane
+            if self._countdown != _RETIRE_EVERY:
+                self._retire()        # counts of work not seen complete: look at the fronts first
+        best = <_Lane>self._lanes[0]
+        least = in_flight(best) if self._m == 0 else best.load1
+        for k in range(1, self._pool):
+            lane = <_Lane>self._lanes[k]
+            load = in_flight(lane) if self._m == 0 else lane.load1
+            if load < least:
+                best, least = lane, load
+        return best
+
+    # -- completion ----------------------------------------------------------------------------
+    cdef int _retire(self) except -1:
+        """Mark the submissions the GPU has finished (``cuEventQuery``, front of each stream)."""
+        self._countdown = _RETIRE_EVERY
+        return retire_fronts(self._lanes, self._events)
+
+    def _retire_now(self):
+        self._retire()
+
+    # -- the one submission path ------------------------------------------------------------------
+    cdef Submission _issue(self, int kind, object name, object stream, object target, object args, object grid,
+                           object block, dict kw, tuple keep, bint timed):
+        """Order, issue and record one submission over the access list built (``self._acc``) and the
+        allocation streams noted (``self._fresh``). ``kind`` says how to run it: K_LAUNCH
+        ``target.launch(grid, block, *args, stream=s, **kw)``, K_PREPARED ``target.launch_on(s)``,
+        else ``target(s)``."""
+        cdef int m = self._m
+        cdef _Tracker tracker = self._t0 if m == 0 else self._t1
+        cdef Submission me, first = None, f, dep
+        cdef _Lane lane, dl
+        cdef Py_ssize_t a, k
+        cdef object s, ev, start = None, st
+        if self._closed:
+            raise ClosedError("Queue is closed")
+        if timed and m == 1:
+            raise CaptureError("timed=True during Queue.capture(): captured work is not run by itself; time the "
+                               "graph launch instead (Queue.launch_graph(graph, timed=True))")
+        if m == 0:
+            self._countdown -= 1
+            if self._countdown <= 0:
+                self._retire()
+        self._seq += 1
+        self._gen += 1
+        me = Submission.__new__(Submission)
+        me._lanes = self._lanes
+        me.seq = self._seq
+        me._kind = kind
+        me._name = name
+        me._kernel = kind != K_OTHER
+        me._captured = m == 1
+        self._deps.n = 0
+        for a in range(self._nacc):
+            f = tracker.collect(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me, &self._deps, self._gen)
+            if first is None:
+                first = f
+        lane = self._lane_of(stream) if stream is not None else self._choose(first)
+        s = lane.stream
+        if m == 1 and not lane.joined1:
+            wait_event(s, self._fork)                  # the stream joins the capture
+            lane.joined1 = True
+            self._joined.append(lane)
+        for k in range(self._nfresh if m == 0 else 0):
+            st = self._fresh[k]         # memory made on a stream outside the pool: wait for it while it is busy
+            if st is s or stream_closed(st):
+                continue
+            try:
+                if stream_idle(st):
+                    continue
+            except CaptureError:          # another capture on this thread forbids the query
+                pass
+            wait_stream(s, st)
+            self.waits += 1
+        for k in range(self._deps.n):
+            dl = <_Lane>self._deps.lanes[k]
+            dep = dl.dep
+            if dl is lane or seen(lane, m, dl.index) >= dep.seq:
+                continue
+            if m == 0:      # not seen complete yet: ask once (cuEventQuery) before placing the wait
+                try:
+                    if event_done(dep._event):
+                        retire_to(dl, dep, self._events)
+                        continue
+                except CaptureError:
+                    pass
+                except CudaError as err:
+                    raise self._async_error(err, f"checking whether {dep.label} completed", me) from err
+            wait_event(s, dep._event)
+            set_seen(lane, m, dl.index, dep.seq)
+            self.waits += 1
+        me.lane = lane
+        if timed:
+            ev = self._Event(timing=True, device=self._device)
+            start = self._Event(timing=True, device=self._device)
+        elif m == 0 and self._events:
+            ev = self._events.pop()
+        else:
+            ev = self._Event(timing=False, device=self._device)   # a captured event is never queried or reused
+        try:
+            if start is not None:
+                record_event(start, s)
+            if kind == K_LAUNCH:
+                _call_launch(target, grid, block, args, s, kw, lane.kw)
+            elif kind == K_PREPARED:
+                target.launch_on(s)
+            else:
+                target(s)
+            record_event(ev, s)
+        except CudaError as err:
+            if m == 0 and not timed:
+                self._events.append(ev)
+            if err.code in ASYNC_ERROR_CODES:
+                raise self._async_error(err, f"issuing {me.label}", me) from err
+            raise
+        except BaseException:
+            if m == 0 and not timed:
+                self._events.append(ev)
+            raise
+        if m == 1:
+            lane.load1 += 1
+            if kind == K_LAUNCH:
+                if args:
+                    self._graph.hold(*args)   # launches on joined streams are not seen by the capture itself
+            elif kind == K_PREPARED:
+                self._graph.hold(target, *target.args)
+            elif keep:
+                self._graph.hold(*keep)
+        me._event = ev
+        me._start = start
+        if m == 0:
+            lane.tail0 = me
+        else:
+            lane.tail1 = me
+        for a in range(self._nacc):
+            tracker.commit(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me)
+        if m == 0:
+            lane.inflight.append(me)
+        self.submissions += 1
+        return me
+
+    def _issue_call(self, str label, stream, run, tuple keep, bint kernel=False, bint timed=False):
+        """Issue ``run(stream)`` over the access list built with :meth:`_access_of` / :meth:`_note_buffer`;
+        ``keep`` is what a graph capturing it must keep alive."""
+        self._check("submit")
+        return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, None, None, None, None, keep,
+                           timed)
+
+    def _note_write(self, Submission sub, sp):
+        """Record that ``sub`` wrote ``sp`` = ``(lo, hi)`` (an allocation made by it)."""
+        if sp is not None:
+            (self._t0 if self._m == 0 else self._t1).commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub)
+
+    # -- submitting kernels ---------------------------------------------------------------------
+    def launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, bint timed=False, **launch_kw):
+        """Launch ``fn`` (as :meth:`Function.launch`, which takes ``launch_kw``:
+        ``shared_mem_bytes``, ``cooperative``, ``cluster``, ...) on a stream of
+        the pool, after the work it depends on; returns its :class:`Submission`.
+
+        ``reads`` / ``writes``: Buffers, views or CAI objects (or one of them)
+        that the kernel reads / writes; they override what the parameter
+        layout says about the same memory and add memory the arguments do not
+        show. ``timed=True`` records a timing event before and after it
+        (:meth:`Submission.elapsed_ms`). Raises what :meth:`Function.launch`
+        raises; a CudaError of an earlier kernel's fault names the earliest
+        unfinished kernel."""
+        cdef str name
+        self._check("launch")
+        if type(fn) is Function:
+            name = (<Function>fn).name
+        else:
+            if isinstance(fn, PreparedLaunch):
+                raise ArgumentTypeError("Queue.launch takes a Function and its arguments; submit a PreparedLaunch "
+                                        "with Queue.submit(p)")
+            if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "name", None), str):
+                raise ArgumentTypeError(f"Queue.launch takes a Function (module.function(name)) and its arguments, "
+                                        f"got {type(fn).__name__} {fn!r:.40}")
+            name = fn.name
+        self._begin()
+        self._args_access(fn, args, "launch", name)
+        if reads is not None or writes is not None:
+            self._explicit_c(reads, writes, f"Queue.launch of kernel '{name}'")
+        return self._issue(K_LAUNCH, name, stream, fn, args, grid, block, launch_kw, None, timed)
+
+    def submit(self, prepared, *, reads=None, writes=None, stream=None, bint timed=False):
+        """Launch a :class:`PreparedLaunch` (with its bound arguments) on a
+        stream of the pool (``PreparedLaunch.launch_on``); reads, writes and
+        ``timed`` as :meth:`launch`."""
+        cdef PreparedLaunch p
+        self._check("submit")
+        if not isinstance(prepared, PreparedLaunch):
+            raise ArgumentTypeError(f"Queue.submit takes a PreparedLaunch (fn.bind(...)), got "
+                                    f"{type(prepared).__name__}; launch a Function with Queue.launch")
+        p = <PreparedLaunch>prepared
+        if p.fn is None:
+            raise ArgumentTypeError("Queue.submit: the PreparedLaunch is not initialised: make one with "
+                                    "Function.bind(...)")
+        if p._held is None:
+            raise ArgumentTypeError(f"Queue.submit: kernel '{p.fn.name}' has no arguments bound yet; call p(*args) "
+                                    "or bind them with fn.bind(grid, block, *args)")
+        self._begin()
+        self._args_access(p.fn, p._held, "submit", p.fn.name)
+        if reads is not None or writes is not None:
+            self._explicit_c(reads, writes, f"Queue.submit of kernel '{p.fn.name}'")
+        return self._issue(K_PREPARED, p.fn.name, stream, prepared, None, None, None, None, None, timed)
+
+    # -- sync points ----------------------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Wait for every submission (``cuStreamSynchronize`` of each stream
+        used) and forget what they touched.
+
+        Raises CudaError for a fault in the queue's work, naming the earliest
+        unfinished kernel; CaptureError during ``capture()``."""
+        cdef _Lane lane
+        cdef Submission sub
+        cdef Py_ssize_t k
+        if self._closed or not self._ready:     # closed, or never initialised
+            return
+        if self._m == 1:
+            raise CaptureError("Queue.synchronize() during Queue.capture(): end the `with` block first")
+        for lane in self._lanes:
+            if in_flight(lane):
+                try:
+                    lane.stream.synchronize()
+                except CudaError as err:
+                    raise self._async_error(err, "Queue.synchronize()") from err
+        for lane in self._lanes:
+            for k in range(lane.head, len(lane.inflight)):
+                sub = <Submission>lane.inflight[k]
+                sub.done = True
+                if not sub._exposed and sub._start is None:
+                    self._events.append(sub._event)
+                    sub._event = None
+            del lane.inflight[:]
+            lane.head = 0
+            lane.tail0 = None
+            forget_seen(lane, 0)
+        self._t0 = _Tracker()
+
+    def _pending(self):
+        """The submissions not seen complete, in issue order."""
+        return pending_of(self._lanes)
+
+    def _async_error(self, err, where, current=None):
+        """A CudaError like ``err`` naming the kernel that most likely faulted (pycudadrv._hazards.fault_error);
+        ``current`` is a submission being issued."""
+        pending = self._pending()
+        if current is not None:
+            pending.append(current)
+        return fault_error(pending, err, where)
+
+    # -- graph capture (driven by pycudadrv.queue's capture object) ------------------------------
+    def _capture_begin(self, graph, fork):
+        cdef _Lane lane
+        self._check("capture")
+        if self._m == 1:
+            raise CaptureError("Queue.capture(): this queue is already capturing")
+        self._t1 = _Tracker()
+        for lane in self._lanes:
+            lane.tail1 = None
+            lane.load1 = 0
+            lane.joined1 = False
+            forget_seen(lane, 1)
+        origin = <_Lane>self._lanes[0]
+        origin.joined1 = True
+        self._joined = [origin]
+        self._graph = graph
+        self._fork = fork
+        self._m = 1
+
+    def _capture_joined(self):
+        """The streams other than the origin that joined the capture."""
+        return [(<_Lane>lane).stream for lane in self._joined[1:]]
+
+    def _capture_end(self):
+        cdef _Lane lane
+        for lane in self._joined:
+            lane.joined1 = False
+            lane.tail1 = None
+        self._joined = []
+        self._graph = None
+        self._fork = None
+        self._t1 = _Tracker()
+        self._m = 0
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Destroy the pool's streams (``cuStreamDestroy``; queued work still
+        completes, and frees of memory it used still wait for it). A second
+        close is a no-op. Raises StateError during ``capture()``."""
+        cdef _Lane lane
+        cdef int k
+        if self._closed or not self._ready:     # closed, or never initialised
+            return
+        if self._m == 1:
+            raise StateError("Queue.close() during Queue.capture(): end the `with` block first")
+        self._closed = True
+        for k in range(self._pool):
+            (<_Lane>self._lanes[k]).stream.close()
+        self._let_go()
+        self._events = []
+        self._t0 = _Tracker()
+
+    def stats(self) -> dict:
+        """``{"submissions", "waits", "in_flight": [per pool stream], "tracked_ranges"}``:
+        submissions made, event waits inserted, submissions not yet seen
+        complete per stream, byte ranges being tracked."""
+        if not self._ready:
+            raise not_made("Queue", "stats", "Queue(device, streams=4)")
+        return {"submissions": self.submissions, "waits": self.waits,
+                "in_flight": [in_flight(<_Lane>self._lanes[k]) for k in range(self._pool)],
+                "tracked_ranges": len((self._t0 if self._m == 0 else self._t1).segs)}
+
+    def _tracker_dump(self):
+        return (self._t0 if self._m == 0 else self._t1)._dump()
+
+    def __repr__(self):
+        cdef _Lane lane
+        if not self._ready:
+            return "<Queue not initialised (made by Queue.__new__)>"
+        if self._closed:
+            return "<Queue closed>"
+        busy = sum(in_flight(lane) for lane in self._lanes)
+        cap = ", capturing" if self._m == 1 else ""
+        policy = "round_robin" if self._round_robin else "greedy"
+        return (f"<Queue on device {self._device.ordinal}, {self._pool} streams, policy={policy!r}, "
+                f"{busy} submission(s) in flight{cap}>")
