@@ -37,7 +37,7 @@ cdef inline int launch_dims(object v, unsigned int* out, str what) except -1:
     cdef long long c
     if type(v) is int:
         c = PyLong_AsLongLongAndOverflow(v, &overflow)
-        if overflow == 0 and 1 <= c <= 0xFFFFFFFF:
+        if overflow == 0 and c >= 1 and c <= <long long>4294967295LL:   # C compares (a bare 0xFFFFFFFF made them Python's)
             out[0] = <unsigned int>c
             out[1] = 1
             out[2] = 1

@@ -13,7 +13,7 @@ from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
 from pycudadrv._kernel cimport KernelBase, kernel_token, parse_dims, launch_dims, validate_config
 from pycudadrv._event cimport Event
-from pycudadrv._stream cimport (Stream, Capture, resolve_stream, captures_active,
+from pycudadrv._stream cimport (Stream, Capture, resolve_stream, active_captures,
                                 check_launch_outside_capture)
 from pycudadrv._memory cimport Buffer
 from pycudadrv._interop cimport read_cai, dlpack_owners, settle_dlpack_owners
@@ -167,6 +167,10 @@ cdef unsigned int _fill_ex(CUlaunchConfig* cfg, CUlaunchAttribute* attrs, const 
     return dev_at
 
 
+# The list of running captures (pycudadrv._stream's own object, never rebound there): a launch
+# outside any capture tests its length inline instead of calling captures_active().
+cdef list _captures = active_captures()
+
 # The DLPack exports of the arguments just packed (pycudadrv._interop): a launch that packed
 # one hands them to settle_dlpack_owners (an empty list is one C test on the fast path).
 cdef list _dl_owners = dlpack_owners()
@@ -185,7 +189,7 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
     tok = None
     if _hook is not None and cap is None:
         tok = _hook.before(fn, s)
-    if cap is None and captures_active():
+    if cap is None and _captures:
         check_launch_outside_capture(s)
     if device_updatable and cap is None:
         raise StateError(f"kernel '{fn.name}': a device-updatable launch exists only inside a graph capture")
@@ -358,6 +362,7 @@ cdef class Function(KernelBase):
                     f"({_signature.format_layout(lay.params)})")
         lay.set(layout, "signature")
         self._drop_cache()
+        self._layout_version += 1
         return self
 
     @property
@@ -558,3 +563,4 @@ cdef class Function(KernelBase):
 
 
 include "_prepared.pxi"
+include "_mapped.pxi"

@@ -63,8 +63,10 @@ cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSp
 # very immutable scalar object kept in keep[i] (owned references, or NULL; updated here:
 # only scalars are kept, never buffers, so nothing holds memory alive); notes `s` as a user
 # of every Buffer argument. A failure leaves arena and keep consistent with each other.
+# `src` (or NULL: parameter i takes args[i]) maps each parameter to the index of its value in
+# `args`; a negative index gives it None (a null pointer).
 cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, void** keep,
-                           Stream s) except NULL
+                           Stream s, const Py_ssize_t* src=*) except NULL
 # Layout unknown: parameter sizes from the values (malloc'd, the caller frees),
 # checked against the parameter-space limit.
 cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL

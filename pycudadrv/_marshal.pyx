@@ -584,14 +584,19 @@ cdef inline bint _np_type_known(void* t) noexcept:
 
 
 cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, void** keep,
-                           Stream s) except NULL:
-    cdef Py_ssize_t i, n = len(args)
+                           Stream s, const Py_ssize_t* src=NULL) except NULL:
+    cdef Py_ssize_t i, n = len(args) if src == NULL else lay.n
     cdef void* pa
     cdef void* t
     cdef Buffer b
     cdef Allocation al
     for i in range(n):
-        pa = _tuple_item(args, i)
+        if src == NULL:
+            pa = _tuple_item(args, i)
+        elif src[i] >= 0:
+            pa = _tuple_item(args, src[i])
+        else:
+            pa = _NONE
         t = (<_PyObjectHead*>pa).ob_type
         if t == _T_BUFFER:
             b = <Buffer><object>pa

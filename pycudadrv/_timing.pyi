@@ -10,14 +10,14 @@ PASS_CACHE_LIMIT: int
 class TimestampsBase:
     stream: Any
     _passes: list[list[Any]]
-    _open: list[list[Any]]
+    @property
+    def _open(self) -> list[list[Any]]: ...
     _nvtx_open: list[list[Any]]
     _requested: list[list[Any]]
     _req_end: Any
     _last_end: Any
-    _pool: list[Any]
     _labels: dict[Any, Pass]
-    _entry_pool: list[list[Any]]
+    def _give_back(self, events: list[Any], entries: list[list[Any]]) -> None: ...
     def measure(self, label: str) -> Pass: ...
 
 @final

@@ -22,37 +22,71 @@ PASS_CACHE_LIMIT = 256
 
 cdef class Pass
 
+# pycudadrv.nvtx's globals: a pass reads nvtx.enabled from them (a dict look-up, not a module attribute walk).
+cdef dict _nvtx_state = nvtx.__dict__
+
+
+cdef Py_ssize_t _put(list pool, Py_ssize_t n, object items) except -1:
+    """Store `items` in `pool` from index `n` on (overwriting what was taken), growing it only
+    past its length; returns the new count."""
+    for x in items:
+        if n < len(pool):
+            pool[n] = x
+        else:
+            pool.append(x)
+        n += 1
+    return n
+
 
 cdef class TimestampsBase:
     """The state of a :class:`pycudadrv.Timestamps` and its pass entry/exit.
 
-    Entries are ``[label, start Event, end Event or None while open]``."""
+    Entries are ``[label, start Event, end Event or None while open]``. The event and entry
+    pools and the stack of open passes are lists used up to a count: taking from them or
+    putting back never resizes a list, so a steady loop allocates nothing."""
     cdef public object stream
     cdef public list _passes         # entries not yet requested, in order of start
-    cdef public list _open           # the open passes, innermost last
+    cdef list _open_stack            # the open passes, innermost last: the first _depth items
+    cdef Py_ssize_t _depth
     cdef public list _nvtx_open      # those of them that opened an NVTX range (pycudadrv.nvtx on)
     cdef public list _requested      # closed entries whose results were asked for
     cdef public object _req_end      # the last end event among them (one stream: it finishes last)
     cdef public object _last_end
-    cdef public list _pool           # recorded-and-read events, reused
+    cdef list _pool                  # recorded-and-read events, reused: the first _pool_n items
+    cdef Py_ssize_t _pool_n
     cdef public dict _labels         # label -> Pass
-    cdef public list _entry_pool     # entries whose results were taken, reused (no list made per pass)
+    cdef list _entry_pool            # entries whose results were taken, reused: the first _entry_n items
+    cdef Py_ssize_t _entry_n
     cdef object _last_label          # the label of the last measure() call and its pass (a loop repeats it)
     cdef Pass _last_pass
 
     def __cinit__(self, *args, **kwargs):
         self._passes = []
-        self._open = []
+        self._open_stack = []
+        self._depth = 0
         self._nvtx_open = []
         self._requested = []
         self._pool = []
+        self._pool_n = 0
         self._labels = {}
         self._entry_pool = []
+        self._entry_n = 0
+
+    @property
+    def _open(self):
+        """The open passes' entries, innermost last (a new list)."""
+        return self._open_stack[:self._depth]
+
+    def _give_back(self, events, entries):
+        """Put ``events`` (read, or dropped unread) back in the event pool and ``entries``
+        (whose results were taken) in the entry pool."""
+        self._pool_n = _put(self._pool, self._pool_n, events)
+        self._entry_n = _put(self._entry_pool, self._entry_n, entries)
 
     cdef object _event(self):
-        cdef list pool = self._pool
-        if pool:
-            return pool.pop()
+        if self._pool_n:
+            self._pool_n -= 1
+            return self._pool[self._pool_n]      # the list keeps its reference: it never shrinks
         return self._new_event()     # the subclass's: a timing event on the stream's device
 
     cdef int _record(self, ev) except -1:
@@ -67,24 +101,29 @@ cdef class TimestampsBase:
         cdef list entry
         ev = self._event()
         self._record(ev)
-        cdef list epool = self._entry_pool
-        if epool:
-            entry = <list>epool.pop()
+        if self._entry_n:
+            self._entry_n -= 1
+            entry = <list>self._entry_pool[self._entry_n]
             entry[0] = label
             entry[1] = ev
             entry[2] = None
         else:
             entry = [label, ev, None]
         self._passes.append(entry)
-        self._open.append(entry)
-        if nvtx.enabled and nvtx.push(label):
+        if self._depth < len(self._open_stack):
+            self._open_stack[self._depth] = entry
+        else:
+            self._open_stack.append(entry)
+        self._depth += 1
+        if _nvtx_state["enabled"] and nvtx.push(label):
             self._nvtx_open.append(entry)
         return 0
 
     cdef int _end(self) except -1:
         ev = self._event()
         self._record(ev)
-        cdef list entry = <list>self._open.pop()
+        self._depth -= 1
+        cdef list entry = <list>self._open_stack[self._depth]
         entry[2] = ev
         self._last_end = ev
         cdef list nv = self._nvtx_open

@@ -84,10 +84,7 @@ class Timestamps(TimestampsBase):
         starts = [e[1] for e in req]
         ends = [e[2] for e in req]
         out = list(zip([e[0] for e in req], Event.elapsed_ms_pairs(starts, ends)))
-        pool = self._pool
-        pool.extend(starts)
-        pool.extend(ends)
-        self._entry_pool.extend(req)
+        self._give_back(starts + ends, req)
         return out
 
     def try_take(self) -> list[tuple[str, float]] | None:
@@ -143,12 +140,8 @@ class Timestamps(TimestampsBase):
         Raises StateError inside an open pass."""
         if self._open:
             raise StateError(f"Timestamps.reset() inside the open pass {self._open[-1][0]!r}")
-        pool = self._pool
-        for _, start, end in self._requested + self._passes:
-            pool.append(start)
-            pool.append(end)
-        self._entry_pool.extend(self._requested)
-        self._entry_pool.extend(self._passes)
+        dropped = self._requested + self._passes
+        self._give_back([e for entry in dropped for e in entry[1:]], dropped)
         self._passes = []
         self._requested = []
         self._req_end = None

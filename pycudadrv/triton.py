@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import numbers
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, NotSupportedError
+from pycudadrv._launch import TritonLaunchBase
 
 __all__ = ["from_triton", "TritonKernel", "TritonConvention", "TritonParam", "triton_convention"]
 
@@ -333,11 +334,13 @@ def triton_convention(compiled_kernel: Any) -> TritonConvention:
     return conv
 
 
-class TritonKernel:
+class TritonKernel(TritonLaunchBase):
     """A Triton kernel loaded by pycudadrv (made by :func:`from_triton`).
 
     ``tk.launch(grid, *args, stream=None)`` and ``tk[grid](*args)`` launch it
-    as Triton's ``CompiledKernel[grid](*args)`` does; ``tk.bind(grid, *args)``
+    as Triton's ``CompiledKernel[grid](*args)`` does, through one prepared
+    configuration per (grid, stream), kept and updated in place;
+    ``tk.bind(grid, *args)``
     gives a :class:`~pycudadrv.PreparedLaunch` (replayed with ``p()``, or
     inside a graph capture). ``args`` are every argument of the Triton
     function in order (constexpr values are checked against the compiled
@@ -408,6 +411,15 @@ class TritonKernel:
         self.cluster = conv.cluster
         self.cooperative = conv.cooperative
         self.programmatic_dependent = conv.programmatic_dependent
+        self._launch_grid = conv.launch_grid
+        self._init_fast(*_fast_plan(conv, fn))
+
+    launch = TritonLaunchBase.launch            # the C path (documented there); _launch_py is the Python one
+    __getitem__ = TritonLaunchBase.__getitem__
+
+    def _kernel_args(self, args: Sequence[Any]) -> list[Any]:
+        """The kernel's parameter values for ``args`` with null scratch (a captured launch of the C path)."""
+        return self.convention.kernel_args(args, [None] * self.convention.n_scratch_params)
 
     def _stream(self, stream: Any) -> Any:
         from pycudadrv._stream import Stream
@@ -432,13 +444,9 @@ class TritonKernel:
             owned.append(root)
         return ptrs, owned
 
-    def launch(self, grid: _Grid, *args: Any, stream: Any = None) -> None:
-        """Launch on ``stream`` (the device's default stream by default) as
-        Triton would: ``grid`` in programs (x is multiplied by ``num_ctas``);
-        a grid with a zero dimension launches nothing, as in Triton. Scratch
-        memory, when the kernel needs it, is allocated on the stream for this
-        launch and freed after it (stream-ordered). Raises as
-        :meth:`TritonConvention.kernel_args` and :meth:`pycudadrv.Function.launch`."""
+    def _launch_py(self, grid: _Grid, args: tuple[Any, ...], stream: Any = None) -> None:
+        """:meth:`launch` in Python, for what its C path leaves to it (scratch memory, tuple and
+        bf16 arguments, an empty grid) and for every error (it raises them, naming the argument)."""
         conv = self.convention
         g = conv.launch_grid(grid, args)
         if g[0] == 0 or g[1] == 0 or g[2] == 0:
@@ -454,12 +462,6 @@ class TritonKernel:
         finally:
             for b in owned:
                 b.close()
-
-    def __getitem__(self, grid: _Grid) -> Callable[..., None]:
-        """``tk[grid](*args, stream=None)``: the same as :meth:`launch`, spelled as Triton's."""
-        def runner(*args: Any, stream: Any = None) -> None:
-            self.launch(grid, *args, stream=stream)
-        return runner
 
     def bind(self, grid: _Grid, *args: Any, stream: Any = None) -> Any:
         """A :class:`~pycudadrv.PreparedLaunch` of this kernel for ``grid``
@@ -496,6 +498,38 @@ class TritonKernel:
                          f" scratch={c.global_scratch_size}B/CTA" if c.global_scratch_size else ""])
         return (f"<TritonKernel '{self.name}' ({c.signature}), block={self.block}, "
                 f"shared_mem_bytes={self.shared_mem_bytes}{extra}, device {self.device.ordinal}>")
+
+
+def _fast_plan(conv: TritonConvention, fn: Any) -> tuple[Any, ...]:
+    """The arguments of TritonLaunchBase._init_fast for ``conv``: where each kernel parameter's value
+    is in every-argument and runtime-only calls, which parameters are checked for divisibility,
+    the top-level constexprs to compare; ``fn`` None where the C path cannot follow the convention
+    (scratch memory, tuple or bf16 arguments, constants inside tuples)."""
+    n_all, n_rt = len(conv.arg_names), len(conv._runtime_top)
+    src_all: list[int] = []
+    src_rt: list[int] = []
+    div16: list[int] = []
+    div16_int: list[int] = []
+    rt_pos = {top: j for j, top in enumerate(conv._runtime_top)}
+    plain = not (conv.n_scratch_params and (conv.global_scratch_size or conv.profile_scratch_size))
+    plain = plain and all(len(path) == 1 for path in conv.constants)
+    for k, p in enumerate(conv.params):
+        if p.type == _SCRATCH:
+            src_all.append(-1)
+            src_rt.append(-1)
+            continue
+        if len(p.path) != 1 or p.type == "bf16" or p.path[0] not in rt_pos:
+            plain = False
+            break
+        src_all.append(p.path[0])
+        src_rt.append(rt_pos[p.path[0]])
+        if p.divisible_by_16:
+            (div16 if p.type.startswith("*") else div16_int).append(k)
+    div16 += div16_int
+    pos = sorted(path[0] for path in conv.constants)
+    want = [_unwrap(conv.constants[(i,)]) for i in pos]
+    return (fn if plain else None, src_all, src_rt, n_all, n_rt, div16, div16_int, pos, want,
+            [_simple(w) for w in want])
 
 
 def _aligned_buffer(size: int, align: int, device: Any, stream: Any) -> tuple[Any, Any]:

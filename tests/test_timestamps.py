@@ -78,6 +78,36 @@ def test_try_take_is_none_until_the_gpu_finishes_then_gives_labels_in_order(ts):
     assert CLOCK.syncs == 0
 
 
+def test_a_steady_loop_takes_every_event_from_the_pool_and_keeps_the_open_stack_right(ts):
+    for _ in range(2):                            # the first frames make the events
+        with ts.measure("a"):
+            with ts.measure("b"):
+                assert [e[0] for e in ts._open] == ["a", "b"]
+            assert [e[0] for e in ts._open] == ["a"]
+        assert ts._open == []
+        gpu_catches_up()
+        assert [label for label, _ in ts.try_take()] == ["a", "b"]
+    made = CLOCK.created
+    for _ in range(50):
+        with ts.measure("a"):
+            with ts.measure("b"):
+                pass
+        gpu_catches_up()
+        assert ts.try_take() == [("a", 3.0), ("b", 1.0)]
+    assert CLOCK.created == made                  # every event came back to the pool and out again
+    with pytest.raises(ZeroDivisionError):
+        with ts.measure("c"):
+            1 / 0
+    assert ts._open == [] and not ts.is_idle
+    ts.reset()                                    # the dropped pass's events go back too
+    with ts.measure("a"):
+        with ts.measure("b"):
+            pass
+    assert CLOCK.created == made
+    gpu_catches_up()
+    assert [label for label, _ in ts.read()] == ["a", "b"]
+
+
 def test_is_idle_only_once_the_results_are_taken(ts):
     assert ts.is_idle
     with ts.measure("a"):
