@@ -171,6 +171,18 @@ cdef void channel_deliver(channel_t* ch, uint64_t token, int status) noexcept no
     channel_unref(ch)
 
 
+ctypedef struct host_token_t:
+    channel_t* ch            # holds one reference until the host function ran
+    uint64_t token
+
+
+cdef void host_deliver_cb(void* p) noexcept nogil:
+    """A host function (cuLaunchHostFunc) on a driver thread: hand the token over; no GIL, no CUDA."""
+    cdef host_token_t* t = <host_token_t*>p
+    channel_deliver(t.ch, t.token, 0)
+    free(t)
+
+
 @cython.final
 cdef class Channel:
     """Where the waiter threads hand one event loop its finished waits.
@@ -230,6 +242,51 @@ cdef class Channel:
             free(tokens)
             free(status)
         return out
+
+    def deliver(self, unsigned long long token, int status=0):
+        """Hand ``token`` (with CUresult ``status``) over from Python, as a
+        finished wait would (what the host function of :meth:`host_deliver`
+        does, for stand-ins of the driver in tests). Raises ClosedError for a
+        closed channel."""
+        cdef channel_t* ch = self._ch
+        if ch == NULL:
+            raise ClosedError("pycudadrv.aio: the completion channel is closed")
+        pthread_mutex_lock(&ch.mu)
+        ch.refs += 1
+        pthread_mutex_unlock(&ch.mu)
+        with nogil:
+            channel_deliver(ch, token, status)
+
+    def host_deliver(self, uintptr_t stream, unsigned long long token):
+        """Enqueue on ``stream`` (a CUstream handle, its context current) a host
+        function (``cuLaunchHostFunc``) that hands ``token`` to this channel once
+        the work queued so far on the stream has finished. The host function is
+        C and never takes the GIL: a driver thread that would wait for the
+        interpreter while the interpreter waits in a driver call for that thread
+        (``cuStreamCreate`` while a host function is running, for one) cannot
+        deadlock. Raises ClosedError for a closed channel, StateError for a
+        channel of the parent process (fork), CudaError from the driver."""
+        cdef channel_t* ch = self._ch
+        cdef host_token_t* t
+        cdef CUresult r
+        if ch == NULL:
+            raise ClosedError("pycudadrv.aio: the completion channel is closed")
+        if ch.pid != _pid:
+            raise StateError("pycudadrv.aio: this channel belongs to the parent process (fork)")
+        t = <host_token_t*>malloc(sizeof(host_token_t))
+        if t == NULL:
+            raise MemoryError()
+        t.ch = ch
+        t.token = token
+        pthread_mutex_lock(&ch.mu)
+        ch.refs += 1
+        pthread_mutex_unlock(&ch.mu)
+        r = driver().p_cuLaunchHostFunc(<CUstream>stream, host_deliver_cb, <void*>t)
+        if r != CUDA_SUCCESS:
+            pthread_mutex_lock(&ch.mu)
+            channel_unref(ch)
+            free(t)
+            raise make_error(r, "cuLaunchHostFunc", "pycudadrv.aio: the completion host function")
 
     @property
     def closed(self):

@@ -25,7 +25,9 @@ Nothing blocks a thread per pending future. Completion comes one of four ways
 * ``"host_func"``: the stream's event is waited for by a private signal
   stream (one per user stream, so the user's stream never waits for Python),
   which runs a host function (``cuLaunchHostFunc``) on a driver thread; it
-  only calls ``loop.call_soon_threadsafe``. The driver skips host functions
+  is C and never takes the GIL (it writes the loop's eventfd, as the waiter
+  thread does), so it cannot deadlock against a driver call the interpreter
+  makes meanwhile with the GIL held. The driver skips host functions
   once the context has faulted, so a slow watchdog (``cuEventQuery`` every
   ``watchdog_ms``) finds faults.
 * ``"poll"``: one task per event loop queries the pending events
@@ -349,6 +351,7 @@ class _Completer:
         self.last_progress = 0.0
         self.channel = None     # where the waiter threads hand over finished waits (spin, blocking)
         self.waits = {}         # token -> GpuFuture, while a waiter thread waits for it
+        self.signaled = {}      # token -> GpuFuture, until its host function ran (host_func mode)
         self.next_token = 1
 
     @property
@@ -371,8 +374,14 @@ class _Completer:
             try:
                 sig = _signal_stream_for(gf.stream if gf._ordered else None, gf._event.device)
                 sig.wait(gf._event)
-                loop = self.loop
-                sig.launch_host_func(lambda: _post(loop, self._signaled, gf))
+                token = self.next_token
+                self.next_token = token + 1
+                self.signaled[token] = gf
+                try:
+                    _host_deliver(sig, self._channel(), token)
+                except BaseException:
+                    del self.signaled[token]
+                    raise
             except (CaptureError, CudaError):
                 pass            # a capture forbids it, or a fault came first: the watchdog finds out
             self._schedule_watchdog()
@@ -384,11 +393,7 @@ class _Completer:
     def _arm_waiter(self, gf, blocking):
         """Queue gf's event with its device's waiter thread; the channel's reader resolves it."""
         loop = self.loop
-        ch = self.channel
-        if ch is None:
-            ch = _waiter.Channel()
-            loop.add_reader(ch.fileno(), self._ready)
-            self.channel = ch
+        ch = self._channel()
         token = self.next_token
         self.next_token = token + 1
         try:
@@ -400,14 +405,28 @@ class _Completer:
         gf._waiting += 1
         self.waits[token] = gf
 
+    def _channel(self):
+        """This loop's completion channel, made (and watched with ``loop.add_reader``) on first use."""
+        ch = self.channel
+        if ch is None:
+            ch = _waiter.Channel()
+            self.loop.add_reader(ch.fileno(), self._ready)
+            self.channel = ch
+        return ch
+
     def _ready(self):
-        """The channel's reader, on the loop: finish the futures whose waits came back."""
+        """The channel's reader, on the loop: finish the futures whose waits came back
+        (a waiter thread's) or whose host function ran (host_func mode)."""
         waits = self.waits
         for item in self.channel.take():
             if item.__class__ is int:
                 gf = waits.pop(item, None)
                 if gf is not None:
                     gf._waited(0)
+                    continue
+                gf = self.signaled.pop(item, None)
+                if gf is not None:
+                    self._signaled(gf)
             else:
                 gf = waits.pop(item[0], None)
                 if gf is not None:
@@ -463,12 +482,10 @@ class _Completer:
                 await asyncio.sleep(_config["interval_ms"] / 1e3)
 
 
-def _post(loop, fn, arg):
-    """Runs on a driver thread (cuLaunchHostFunc): no CUDA here, just wake the loop."""
-    try:
-        loop.call_soon_threadsafe(fn, arg)
-    except RuntimeError:        # the loop was closed meanwhile; the watchdog is gone with it
-        pass
+def _host_deliver(sig, channel, token):
+    """host_func mode: a C host function on ``sig`` hands ``token`` to ``channel``
+    (no GIL on the driver thread: see ``Channel.host_deliver``)."""
+    channel.host_deliver(sig.handle, token)
 
 
 def _waiter_for(device):

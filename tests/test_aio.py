@@ -123,6 +123,9 @@ def fake(request, monkeypatch):
         monkeypatch.setattr(aio, name, {})
     GPU.waiter = FlagWaiter()
     monkeypatch.setattr(aio, "_waiter_for", lambda device: GPU.waiter)
+    # host_func mode: the fake stream's host function (a Python thread) hands the token over as the
+    # real C host function does.
+    monkeypatch.setattr(aio, "_host_deliver", lambda sig, ch, token: sig.launch_host_func(lambda: ch.deliver(token)))
     prev = aio.set_completion(request.param, watchdog_ms=5, spin_us=50, interval_ms=1)
     yield request.param
     aio.set_completion(**prev)
@@ -155,18 +158,20 @@ def test_a_host_function_on_a_driver_thread_wakes_the_loop(fake):
 
     async def main():
         s = FakeStream()
-        fut = aio.wait(s)
-        real = aio._post
+        real = aio._host_deliver
 
-        def post(loop, fn, arg):
-            woke.append(threading.current_thread() is not threading.main_thread())
-            real(loop, fn, arg)
-        aio._post = post
+        def host_deliver(sig, ch, token):
+            def on_driver_thread():
+                woke.append(threading.current_thread() is not threading.main_thread())
+                ch.deliver(token)
+            sig.launch_host_func(on_driver_thread)
+        aio._host_deliver = host_deliver
         try:
+            fut = aio.wait(s)
             asyncio.get_running_loop().call_later(0.01, complete, fut.event)
             await fut
         finally:
-            aio._post = real
+            aio._host_deliver = real
         return fut.done()
     assert run(main()) and woke == [True]
     signal = [st for st in GPU.streams if st.waits]
@@ -774,6 +779,37 @@ def test_the_event_loop_stays_responsive_while_a_kernel_runs(mod, rng, mode):
         return ticks
     assert asyncio.run(main()) >= 20          # the loop ran other work throughout the 100 ms kernel
     np.testing.assert_array_equal(y.to_numpy(), x.to_numpy())
+
+
+@pytest.mark.gpu
+def test_the_host_function_completes_while_the_interpreter_holds_the_gil(mod, rng):
+    # host_func mode once ran a Python host function, which needs the GIL on the driver thread:
+    # with the main thread in a driver call holding the GIL (cuStreamCreate while that host function
+    # ran, in aio.wait after a Queue test), the two waited for each other forever. Now the host
+    # function is C: it must hand the completion over while this thread holds the GIL.
+    import ctypes
+    import select
+    hold_gil = ctypes.PyDLL(None).usleep      # a PyDLL call keeps the GIL for its whole length
+    hold_gil.argtypes = [ctypes.c_uint]
+    x = cd.Buffer.from_numpy(rng.standard_normal(256).astype(np.float32))
+    prev = aio.get_completion()
+    aio.set_completion("host_func")
+    try:
+        for _ in range(2):
+            y = cd.Buffer.from_numpy(np.full(256, np.nan, np.float32))
+            cd.Device(0).synchronize()
+
+            async def main():
+                fut = aio.launch(mod.function("spin_copy"), 1, 256, y, x, 5 * MS, 256)
+                fd = aio._completer(asyncio.get_running_loop()).channel.fileno()
+                hold_gil(300_000)                 # 300 ms with the GIL held; the 5 ms kernel ends meanwhile
+                ready = select.select([fd], [], [], 0)[0]
+                await fut
+                return bool(ready)
+            assert asyncio.run(main()), "the host function did not deliver while the GIL was held"
+            np.testing.assert_array_equal(y.to_numpy(), x.to_numpy())
+    finally:
+        aio.set_completion(**prev)
 
 
 @pytest.mark.gpu
