@@ -397,7 +397,11 @@ cdef class Stream:
         """Run the Python callable ``callback()`` on a driver thread once the
         work queued so far on the stream has finished (``cuLaunchHostFunc``).
         The callable must not make CUDA calls; an exception it raises is
-        printed and dropped. Awaitable launches complete through this.
+        printed and dropped. It takes the GIL on the driver thread, so a
+        thread that holds the GIL in a driver call meanwhile (``cuStreamCreate``
+        is one that can wait for a running host function) deadlocks with it:
+        pycudadrv's own awaitables use a C host function instead
+        (:mod:`pycudadrv.aio`, ``"host_func"`` mode).
 
         Raises CaptureError during a capture of this stream (it would become a
         host node that holds the interpreter inside the graph)."""
