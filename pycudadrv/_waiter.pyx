@@ -73,6 +73,7 @@ cdef extern from "<pthread.h>" nogil:
 
 cdef extern from *:
     """
+    #include "pycudadrv/glibc_floor.h"
     #include <pthread.h>
     #include <sched.h>
     #include <time.h>

@@ -27,6 +27,11 @@ static inline int pycudadrv_wakefd_open(int fds[2]) {
         return 0;
     }
 #endif
+#if defined(__linux__)
+    /* pipe2 (glibc 2.9) sets both flags at once; fcntl would bind to fcntl64@GLIBC_2.28 under
+     * _FILE_OFFSET_BITS=64 and raise the wheel's glibc floor (include/pycudadrv/glibc_floor.h). */
+    return pipe2(fds, O_NONBLOCK | O_CLOEXEC);
+#else
     if (pipe(fds) != 0)
         return -1;
     for (int k = 0; k < 2; k++) {
@@ -40,6 +45,7 @@ static inline int pycudadrv_wakefd_open(int fds[2]) {
         }
     }
     return 0;
+#endif
 }
 
 /* Wake the watcher (one write; a full pipe or counter means it is awake already). */
