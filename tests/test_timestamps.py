@@ -335,3 +335,9 @@ def test_leaving_a_pass_that_is_not_open_raises_and_changes_nothing(ts, how):
         pass
     CLOCK.completed = CLOCK.recorded
     assert ts.read() == [("after", 1.0)] and ts.is_idle
+
+
+@pytest.mark.parametrize("stream", [5, "s", 1.5])
+def test_a_stream_that_is_not_a_stream_is_refused_at_construction(stream):
+    with pytest.raises(cd.ArgumentTypeError, match="Timestamps: stream must be a pycudadrv Stream or None, got"):
+        cd.Timestamps(stream)
