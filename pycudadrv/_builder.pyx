@@ -231,6 +231,9 @@ cdef class LaunchBuilder:
                 raise ArgumentTypeError(f"kernel '{name}', parameter #{i}: {e}") from None
             shape = tuple(b._shape)
             return b, shape, _c_strides(shape)
+        if not isinstance(cai, dict):
+            raise ArgumentTypeError(f"kernel '{name}', parameter #{i}: push_tensor: its __cuda_array_interface__ "
+                                    f"must be a dict, got {type(cai).__name__}")
         try:
             shape, strides, dt = cai_geometry(cai)
             contiguous = cai_is_contiguous(cai)

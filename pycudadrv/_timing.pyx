@@ -12,7 +12,7 @@ from pycudadrv._stream cimport Stream
 from pycudadrv._event cimport Event
 
 from pycudadrv import nvtx
-from pycudadrv._errors import ArgumentTypeError
+from pycudadrv._errors import ArgumentTypeError, StateError
 
 __all__ = ["TimestampsBase", "Pass", "PASS_CACHE_LIMIT"]
 
@@ -120,6 +120,9 @@ cdef class TimestampsBase:
         return 0
 
     cdef int _end(self) except -1:
+        if self._depth <= 0:         # an __exit__ twice, or without __enter__: no open pass to close
+            raise StateError("Timestamps: a pass was left that is not open (its __exit__ called twice, or "
+                             "without __enter__); nothing was recorded")
         ev = self._event()
         self._record(ev)
         self._depth -= 1
@@ -136,7 +139,9 @@ cdef class TimestampsBase:
         """A pass: ``with ts.measure(label):`` records a start event, runs the
         block, records an end event (also when the block raises). Nested
         passes are allowed; results come back in order of their start. With
-        NVTX on (:mod:`pycudadrv.nvtx`) the pass is also an NVTX range named ``label``."""
+        NVTX on (:mod:`pycudadrv.nvtx`) the pass is also an NVTX range named ``label``.
+        Leaving a pass that is not open (``__exit__`` twice, or without
+        ``__enter__``) raises StateError and records nothing."""
         if label is self._last_label and self._last_pass is not None:
             return self._last_pass
         try:

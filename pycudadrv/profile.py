@@ -201,10 +201,19 @@ def enable(clock: str = "events") -> None:
     _install()
 
 
+def _check_file(what: str, f: Any) -> None:
+    """Refuse, before anything changes, a file that print() could not write to."""
+    if f is not None and not callable(getattr(f, "write", None)):
+        raise ArgumentTypeError(f"{what} must be None or a text file (an object with write()), got "
+                                f"{type(f).__name__} {f!r:.40}")
+
+
 def enable_trace(out: IO[str] | None = None) -> None:
     """Synchronise and print after every launch from now on (``out``: a file,
-    default stderr); profiling, if on, stays on."""
+    default stderr); profiling, if on, stays on. Raises ArgumentTypeError for
+    an ``out`` without ``write`` (nothing changes)."""
     global _tracer
+    _check_file("profile.enable_trace: out", out)
     _tracer = _Tracer(out)
     _install()
 
@@ -254,7 +263,9 @@ def report(file: IO[str] | None = None, *, keep: bool = False) -> str:
 
     The first line names the kernels, the total ms and the clock(s) of the
     times; then one row per kernel: name, total ms, calls, us per call, %.
-    Waits for pending launches (``cuEventElapsedTime``)."""
+    Waits for pending launches (``cuEventElapsedTime``). Raises
+    ArgumentTypeError for a ``file`` without ``write``."""
+    _check_file("profile.report: file", file)
     st = stats()
     if not st:
         return ""

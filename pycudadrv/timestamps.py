@@ -2,7 +2,7 @@
 (the khal Timestamps: passes, a request for their results, a non-blocking take)."""
 from __future__ import annotations
 
-from pycudadrv._errors import NotReadyError, StateError
+from pycudadrv._errors import ArgumentTypeError, NotReadyError, StateError
 from pycudadrv._event import Event
 from pycudadrv._stream import Stream
 from pycudadrv._timing import TimestampsBase
@@ -39,7 +39,8 @@ class Timestamps(TimestampsBase):
     Parameters
     ----------
     stream : Stream, optional
-        Defaults to the current device's default stream.
+        Defaults to the current device's default stream. Anything else
+        (an int handle, a string) is an ArgumentTypeError, raised here.
     """
 
     def __init__(self, stream: Stream | None = None) -> None:
@@ -47,6 +48,9 @@ class Timestamps(TimestampsBase):
             from pycudadrv._device import get_current_device
 
             stream = get_current_device().default_stream
+        elif not isinstance(stream, Stream) and not hasattr(stream, "device"):    # what its events need
+            raise ArgumentTypeError(f"Timestamps: stream must be a pycudadrv Stream or None, got "
+                                    f"{type(stream).__name__} {stream!r:.40}")
         self.stream = stream
 
     def _new_event(self) -> Event:

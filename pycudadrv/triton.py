@@ -147,7 +147,10 @@ class TritonConvention:
             grid = grid(self.named_args(args))
         if isinstance(grid, bool):
             raise ArgumentTypeError(f"Triton kernel '{self.name}': grid must be 1 to 3 ints, got {grid!r}")
-        g = (grid,) if isinstance(grid, int) else tuple(grid)
+        try:
+            g = (grid,) if isinstance(grid, int) else tuple(grid)
+        except TypeError:           # None, a float, any other non-iterable
+            raise ArgumentTypeError(f"Triton kernel '{self.name}': grid must be 1 to 3 ints, got {grid!r:.60}") from None
         if not 1 <= len(g) <= 3 or not all(isinstance(v, int) and not isinstance(v, bool) for v in g):
             raise ArgumentTypeError(f"Triton kernel '{self.name}': grid must be 1 to 3 ints, got {grid!r}")
         g = g + (1,) * (3 - len(g))

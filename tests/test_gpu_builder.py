@@ -332,3 +332,16 @@ def test_a_builder_is_made_by_function_builder_only_and_checks_its_configuration
     with pytest.raises(cd.ArgumentTypeError):
         fn.builder(1, 32, shared_mem_bytes="4")
     assert "affine" in repr(fn.builder(2, 64)) and "0/5 arguments pushed" in repr(fn.builder(2, 64))
+
+
+class _NotADictCAI:
+    __cuda_array_interface__ = 5
+
+
+def test_push_tensor_refuses_a_cuda_array_interface_that_is_not_a_dict(mod):
+    out = cd.Buffer.empty(4, np.float32)
+    b = mod.function("gather1").builder(1, 4).push_arg(out)
+    with pytest.raises(cd.ArgumentTypeError, match=r"kernel 'gather1', parameter #1: push_tensor: its "
+                                                   r"__cuda_array_interface__ must be a dict, got int"):
+        b.push_tensor(_NotADictCAI())
+    assert b.num_pushed == 1

@@ -236,3 +236,16 @@ def test_a_fault_with_both_on_is_named_by_the_first_synchronisation(clean_profil
     s.fail = True
     with pytest.raises(cd.CudaError, match="after kernel 'bad'"):
         hook.after(tok, _Fn("bad"), s, (1, 1, 1), (1, 1, 1), 0)
+
+
+@pytest.mark.parametrize("bad", [5, "out.txt", object()])
+def test_report_and_trace_refuse_a_file_without_write_and_change_nothing(clean_profile, bad):
+    profile.enable("host")
+    s = _Stream()
+    _launch_through(profile._profiler, _Fn("k"), s)
+    with pytest.raises(cd.ArgumentTypeError, match=r"profile.report: file must be None or a text file .*write"):
+        profile.report(bad)
+    assert profile.stats()["k"][1] == 1                  # not forgotten: nothing was printed
+    with pytest.raises(cd.ArgumentTypeError, match=r"profile.enable_trace: out must be None or a text file .*write"):
+        profile.enable_trace(bad)
+    assert profile.mode() == ("host", False) and _launch.get_launch_hook() is profile._profiler

@@ -302,3 +302,42 @@ def test_gpu_elapsed_ms_pairs_measures_each_pair_and_refuses_unequal_lists(spin)
     never = cd.Event()
     with pytest.raises(cd.EventNotRecordedError):
         cd.Event.elapsed_ms_pairs([never], [ends[0]])
+
+
+@pytest.mark.parametrize("how", ["twice", "never entered", "one more than opened"])
+def test_leaving_a_pass_that_is_not_open_raises_and_changes_nothing(ts, how):
+    for _ in range(3):                        # a deeper open stack than the passes below use
+        with ts.measure("outer"):
+            with ts.measure("inner"):
+                with ts.measure("innermost"):
+                    pass
+    CLOCK.completed = CLOCK.recorded
+    assert len(ts.read()) == 9
+    p = ts.measure("p")
+    if how == "twice":
+        with p:
+            pass
+    elif how == "one more than opened":
+        ts.measure("q").__enter__()
+        with p:
+            pass
+        ts.measure("q").__exit__(None, None, None)
+    recorded = CLOCK.recorded
+    with pytest.raises(cd.StateError, match="not open"):
+        p.__exit__(None, None, None)
+    assert CLOCK.recorded == recorded         # no event recorded
+    assert ts._open == []
+    CLOCK.completed = CLOCK.recorded
+    got = ts.read()
+    assert [label for label, _ in got] == {"twice": ["p"], "never entered": [], "one more than opened": ["q", "p"]}[how]
+    assert all(ms > 0 for _, ms in got)
+    with ts.measure("after"):
+        pass
+    CLOCK.completed = CLOCK.recorded
+    assert ts.read() == [("after", 1.0)] and ts.is_idle
+
+
+@pytest.mark.parametrize("stream", [5, "s", 1.5])
+def test_a_stream_that_is_not_a_stream_is_refused_at_construction(stream):
+    with pytest.raises(cd.ArgumentTypeError, match="Timestamps: stream must be a pycudadrv Stream or None, got"):
+        cd.Timestamps(stream)

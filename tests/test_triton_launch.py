@@ -67,6 +67,13 @@ def test_what_the_c_path_does_not_follow_stays_on_the_python_path(case):
     assert _fast_plan(triton_convention(ck), object())[0] is None
 
 
+
+@pytest.mark.parametrize("grid", [None, 2.0, object(), lambda meta: None])
+def test_a_grid_that_is_not_ints_is_an_argument_type_error(grid):
+    conv = triton_convention(compiled_kernel())
+    with pytest.raises(cd.ArgumentTypeError, match="Triton kernel 'affine': grid must be 1 to 3 ints, got"):
+        conv.launch_grid(grid, (None, None, 1.0, 2.0, 8))
+
 # --- on the GPU (or the fake driver with its kernel emulations) ----------------------------------
 
 gpu = pytest.mark.gpu
