@@ -339,26 +339,14 @@ cdef inline int _clear_readers(_Seg seg) except -1:
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef inline Py_ssize_t _upper(list segs, uint64_t x):
-    """The number of segments that start at or before ``x``."""
+cdef inline Py_ssize_t _bisect(list segs, uint64_t x, bint at):
+    """The number of segments that start before ``x`` (with ``at``: at or before it)."""
     cdef Py_ssize_t lo = 0, hi = len(segs), mid
+    cdef uint64_t start
     while lo < hi:
         mid = (lo + hi) >> 1
-        if (<_Seg>segs[mid]).lo <= x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef inline Py_ssize_t _lower(list segs, uint64_t x):
-    """The number of segments that start before ``x``."""
-    cdef Py_ssize_t lo = 0, hi = len(segs), mid
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if (<_Seg>segs[mid]).lo < x:
+        start = (<_Seg>segs[mid]).lo
+        if start < x or (at and start == x):
             lo = mid + 1
         else:
             hi = mid
@@ -427,7 +415,7 @@ cdef class _Tracker:
         """Hand :func:`add_dep` what an access of ``[lo, hi)`` must wait for; return the pending writer of
         its first overlapping segment that has one (or None). Changes nothing here."""
         cdef list segs = self.segs
-        cdef Py_ssize_t i = _upper(segs, lo) - 1, n = len(segs)
+        cdef Py_ssize_t i = _bisect(segs, lo, True) - 1, n = len(segs)
         cdef _Seg seg
         cdef Submission found = None, f
         if i >= 0:
@@ -449,7 +437,7 @@ cdef class _Tracker:
 
     cdef int _split(self, uint64_t x) except -1:
         cdef list segs = self.segs
-        cdef Py_ssize_t i = _upper(segs, x) - 1
+        cdef Py_ssize_t i = _bisect(segs, x, True) - 1
         cdef _Seg seg
         if i < 0:
             return 0
@@ -463,7 +451,7 @@ cdef class _Tracker:
     cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1:
         """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
         cdef list segs = self.segs
-        cdef Py_ssize_t n = len(segs), i = _upper(segs, lo), j, k
+        cdef Py_ssize_t n = len(segs), i = _bisect(segs, lo, True), j, k
         cdef _Seg seg
         cdef uint64_t pos
         cdef list new
@@ -482,8 +470,8 @@ cdef class _Tracker:
         else:
             self._split(lo)
             self._split(hi)
-            i = _lower(segs, lo)
-            j = _lower(segs, hi)
+            i = _bisect(segs, lo, False)
+            j = _bisect(segs, hi, False)
             if write:
                 segs[i:j] = [_new_seg(lo, hi, sub, None)]
             else:

@@ -442,7 +442,9 @@ cdef class QueueCore:
         for k in range(self._deps.n):
             dl = <_Lane>self._deps.lanes[k]
             dep = dl.dep
-            if dl is lane or seen(lane, m, dl.index) >= dep.seq:
+            # Done: no wait (choosing the stream may have retired it since it was collected, and
+            # recycled its event).
+            if dl is lane or dep.done or seen(lane, m, dl.index) >= dep.seq:
                 continue
             if m == 0:      # not seen complete yet: ask once (cuEventQuery) before placing the wait
                 try:

@@ -546,6 +546,32 @@ def grid_of(n):
 
 
 @pytest.mark.gpu
+def test_dependencies_that_finished_while_the_stream_was_chosen_need_no_wait(mod, rng):
+    # The fuzz found it: a fill's dependencies (the readers of its buffer on both streams) were
+    # collected, then choosing a stream (none idle) retired them all and recycled their events, and
+    # the wait was placed on a recycled event (None): AttributeError out of Queue.fill.
+    aff = mod.function("affine")
+    n = 256
+    for _ in range(2):
+        h = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+        q = cd.Queue(streams=2)
+        b = [q.from_numpy(v) for v in h]
+        q.launch(aff, 1, 256, b[1], b[2], 2.0, 1.0, n)      # b1 = 2 b2 + 1
+        q.launch(aff, 1, 256, b[2], b[0], -1.0, 0.5, n)     # b2 = -b0 + 0.5 (after the read of b2)
+        q.launch(aff, 1, 256, b[1], b[0], 3.0, 0.0, n)      # b1 = 3 b0
+        q.launch(aff, 1, 256, b[2], b[0], 0.5, 2.0, n)      # b2 = b0 / 2 + 2
+        cd.Device(0).synchronize()                          # all done; the queue has not looked yet
+        q.fill(b[0], np.float32(7.0))                       # after the three readers of b0
+        q.launch(aff, 1, 256, b[1], b[0], 1.0, 1.0, n)      # b1 = b0 + 1 = 8
+        got = [q.read(v) for v in b]
+        q.close()
+        h0 = h[0].astype(np.float64)
+        np.testing.assert_array_equal(got[0], np.full(n, 7.0, np.float32))
+        np.testing.assert_array_equal(got[1], np.full(n, 8.0, np.float32))
+        np.testing.assert_allclose(got[2], h0 / 2 + 2, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
 def test_diamond_dag_gives_the_numpy_values(mod, rng):
     x_h = rng.standard_normal(N).astype(np.float32)
     with cd.Queue(streams=4) as q:
