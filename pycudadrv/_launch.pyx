@@ -427,12 +427,12 @@ cdef class Function(KernelBase):
         Raises
         ------
         ArgumentTypeError
-            Wrong argument count, a value of the wrong kind or width, strided
-            memory (message names the kernel, the parameter index, its size
-            and the value).
+            Wrong argument count, a value of the wrong kind or width, an
+            integer out of the parameter's range (its width is part of its
+            type), strided memory (message names the kernel, the parameter
+            index, its size and the value).
         ArgumentValueError
-            Grid/block/shared memory beyond the limits (names the limit); an
-            integer out of the parameter's range.
+            Grid/block/shared memory beyond the limits (names the limit).
         ClosedError
             A Buffer argument (or the module) was closed.
         NotSupportedError

@@ -322,8 +322,8 @@ class Queue(QueueCore):
         it by waiting on an event recorded there, the queue's event waits
         become the graph's edges, and at the end every stream joins back
         before ``cuStreamEndCapture``. The graph keeps every argument alive.
-        Inside, nothing runs: ``read()`` and ``synchronize()`` raise
-        CaptureError; submissions cannot be awaited. Work submitted before the
+        Inside, nothing runs: ``read()``, ``synchronize()`` and ``empty()``
+        raise CaptureError; submissions cannot be awaited. Work submitted before the
         capture is not waited for by the graph: replay it with
         :meth:`launch_graph` (a barrier) or after ``synchronize()``."""
         return _QueueCapture(self, mode)
