@@ -55,6 +55,7 @@ and is not supported.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import time
@@ -352,7 +353,7 @@ class _Completer:
         self.channel = None     # where the waiter threads hand over finished waits (spin, blocking)
         self.waits = {}         # token -> GpuFuture, while a waiter thread waits for it
         self.signaled = {}      # token -> GpuFuture, until its host function ran (host_func mode)
-        self.next_token = 1
+        self.tokens = itertools.count(1)   # a token per armed wait or host function
 
     @property
     def loop(self):
@@ -374,8 +375,7 @@ class _Completer:
             try:
                 sig = _signal_stream_for(gf.stream if gf._ordered else None, gf._event.device)
                 sig.wait(gf._event)
-                token = self.next_token
-                self.next_token = token + 1
+                token = next(self.tokens)
                 self.signaled[token] = gf
                 try:
                     _host_deliver(sig, self._channel(), token)
@@ -394,8 +394,7 @@ class _Completer:
         """Queue gf's event with its device's waiter thread; the channel's reader resolves it."""
         loop = self.loop
         ch = self._channel()
-        token = self.next_token
-        self.next_token = token + 1
+        token = next(self.tokens)
         try:
             _waiter_for(gf._event.device).submit(gf._event, ch, token, blocking)
         except Exception as err:     # a closed event, no thread could be started: the awaiting tasks get it
@@ -415,8 +414,7 @@ class _Completer:
         return ch
 
     def _ready(self):
-        """The channel's reader, on the loop: finish the futures whose waits came back
-        (a waiter thread's) or whose host function ran (host_func mode)."""
+        """The channel's reader: finish the futures whose waits came back or host function ran."""
         waits = self.waits
         for item in self.channel.take():
             if item.__class__ is int:
@@ -449,6 +447,9 @@ class _Completer:
             progressed = True
         if dq is not None and not dq:
             del self.groups[key]
+        if not self.count and self.timer is not None:   # a pending watchdog would keep the loop (and
+            self.timer.cancel()                         # this completer, its channel) alive
+            self.timer = None
         return progressed
 
     def sweep(self) -> bool:
@@ -483,8 +484,7 @@ class _Completer:
 
 
 def _host_deliver(sig, channel, token):
-    """host_func mode: a C host function on ``sig`` hands ``token`` to ``channel``
-    (no GIL on the driver thread: see ``Channel.host_deliver``)."""
+    """host_func mode: a C host function on ``sig`` hands ``token`` to ``channel`` (no GIL)."""
     channel.host_deliver(sig.handle, token)
 
 
