@@ -429,6 +429,38 @@ def test_closed_loops_do_not_keep_their_descriptors(fake):
     assert len(os.listdir("/proc/self/fd")) <= before + 2
 
 
+def test_a_closed_loop_is_freed_with_futures_pending_and_after_plain_awaits(fake):
+    loops = []
+
+    async def arm(pending):
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        fut = aio.wait(FakeStream())
+        if not pending:
+            asyncio.get_running_loop().call_soon(complete, fut.event)
+        try:
+            await asyncio.wait_for(fut, 0.02 if pending else 5)   # pending: the awaiting task is cancelled
+        except asyncio.TimeoutError:
+            pass
+        return fut
+    futs = [run(arm(True)) for _ in range(3)]
+    assert not any(f.done() for f in futs)
+    gc.collect()
+    assert [r() for r in loops] == [None] * 3      # nothing of aio keeps a closed loop (or its channel)
+    complete(*(f.event for f in futs))
+
+    async def again():
+        for f in futs:
+            await f
+    run(again())
+    del loops[:]
+    for _ in range(5):
+        run(arm(False))
+    for t in GPU.host_threads:
+        t.join(5)
+    gc.collect()
+    assert [r() for r in loops] == [None] * 5
+
+
 def test_a_channel_hands_over_tokens_and_failures_in_order():
     w = _waiter.Waiter(None)
     ch = _waiter.Channel()
