@@ -509,12 +509,16 @@ cdef class Waiter:
                 pthread_cond_signal(&w.cv)
         done = w.done
         pthread_mutex_unlock(&w.mu)
+        # No Python code may run until _held matches the ring again: a release can (an Event's dealloc),
+        # and another thread's push would then find this wait missing (or drop a live one's Event).
         held = self._held
-        while self._released < done:
-            held.popleft()
-            self._released += 1
         if rc == 0:
             held.append(keep)
+        released = []
+        while self._released < done:
+            released.append(held.popleft())
+            self._released += 1
+        del released
         if rc != 0:
             pthread_mutex_lock(&c.mu)
             channel_unref(c)

@@ -79,6 +79,7 @@ __all__ = ["GpuFuture", "DevicePolicy", "wait", "launch", "submit", "policy", "s
 _PENDING, _DONE, _FAILED, _DEFERRED = 0, 1, 2, 3
 _MODES = ("spin", "blocking", "host_func", "poll")
 _WAITER_MODES = ("spin", "blocking")
+_NO_REF = type(None)      # called, as a dead weakref is: None
 
 
 _config = {"mode": env_word("PYCUDADRV_AIO_COMPLETION", _MODES, "spin"), "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
@@ -167,7 +168,7 @@ class GpuFuture:
         self._state = _PENDING
         self._error = None
         self._waiters = []
-        self._armed = None       # the loop whose completer watches it
+        self._armed = None       # weakref of the loop whose completer watches it (a closed loop is freed)
         self._ordered = ordered  # recorded just now on `stream`: completes in order with that stream's others
         self._exposed = exposed  # the event belongs to someone else: never reuse it
         self._key = None         # its group in the completer
@@ -314,13 +315,16 @@ class GpuFuture:
             if loop is None:
                 raise StateError("a GpuFuture is awaited from an asyncio event loop (anyio on the asyncio backend "
                                  "works; trio is not supported); from plain code call .result()")
-            if self._armed is not loop:
+            if self._armed is None or self._armed() is not loop:
                 self._ordered = False        # armed late: other futures of its stream may be behind it
                 _completer(loop).arm(self)
             if self._state == _PENDING:      # (arming can fail it: a closed event)
                 fut = loop.create_future()
                 self._waiters.append(fut)
-                yield from fut
+                try:
+                    yield from fut
+                finally:                     # cancelled: a waiting future left here would keep its loop
+                    self._waiters = [w for w in self._waiters if w is not fut]
         if self._state == _FAILED:
             raise self._error
         return None
@@ -346,10 +350,8 @@ class _Completer:
     def __init__(self, loop):
         self._loop = weakref.ref(loop)   # the loop keeps its completer alive in _completers, not the reverse
         self.groups = {}        # key -> deque of GpuFutures (one stream's, in record order, or a lone one)
-        self.count = 0
-        self.timer = None       # the watchdog's TimerHandle (host_func mode)
-        self.task = None        # the polling task (poll mode)
-        self.last_progress = 0.0
+        self.timer = self.task = _NO_REF   # weakrefs (either holds the loop): the watchdog, the polling task
+        self.count, self.last_progress = 0, 0.0
         self.channel = None     # where the waiter threads hand over finished waits (spin, blocking)
         self.waits = {}         # token -> GpuFuture, while a waiter thread waits for it
         self.signaled = {}      # token -> GpuFuture, until its host function ran (host_func mode)
@@ -364,7 +366,7 @@ class _Completer:
         if mode in _WAITER_MODES:
             self._arm_waiter(gf, mode == "blocking")
             return
-        gf._armed = self.loop
+        gf._armed = self._loop
         key = gf._key = gf.stream.handle if (gf._ordered and gf.stream is not None) else id(gf)
         dq = self.groups.get(key)
         if dq is None:
@@ -387,12 +389,11 @@ class _Completer:
             self._schedule_watchdog()
         else:
             self.last_progress = time.perf_counter()
-            if self.task is None or self.task.done():
-                self.task = self.loop.create_task(self._poll())
+            if self.task() is None or self.task().done():
+                self.task = weakref.ref(self.loop.create_task(self._poll()))
 
     def _arm_waiter(self, gf, blocking):
         """Queue gf's event with its device's waiter thread; the channel's reader resolves it."""
-        loop = self.loop
         ch = self._channel()
         token = next(self.tokens)
         try:
@@ -400,7 +401,7 @@ class _Completer:
         except Exception as err:     # a closed event, no thread could be started: the awaiting tasks get it
             gf._fail(err)
             return
-        gf._armed = loop
+        gf._armed = self._loop
         gf._waiting += 1
         self.waits[token] = gf
 
@@ -447,9 +448,9 @@ class _Completer:
             progressed = True
         if dq is not None and not dq:
             del self.groups[key]
-        if not self.count and self.timer is not None:   # a pending watchdog would keep the loop (and
-            self.timer.cancel()                         # this completer, its channel) alive
-            self.timer = None
+        if not self.count and self.timer() is not None:   # nothing to watch: let the loop sleep
+            self.timer().cancel()
+            self.timer = _NO_REF
         return progressed
 
     def sweep(self) -> bool:
@@ -461,11 +462,11 @@ class _Completer:
         return progressed
 
     def _schedule_watchdog(self):
-        if self.timer is None and self.count:
-            self.timer = self.loop.call_later(_config["watchdog_ms"] / 1e3, self._watchdog)
+        if self.timer() is None and self.count:
+            self.timer = weakref.ref(self.loop.call_later(_config["watchdog_ms"] / 1e3, self._watchdog))
 
     def _watchdog(self):
-        self.timer = None
+        self.timer = _NO_REF
         self.sweep()
         self._schedule_watchdog()
 
@@ -493,8 +494,7 @@ def _waiter_for(device):
 
 
 def _forget_after_fork():
-    """In a forked child: the parent's loops and channels are never touched (asyncio itself does not
-    survive a fork with a running loop); a loop the child runs gets a new completer and waiter."""
+    """In a forked child the parent's loops and channels are never touched; a child's loop gets its own."""
     global _completers
     _completers = weakref.WeakKeyDictionary()
 

@@ -429,6 +429,38 @@ def test_closed_loops_do_not_keep_their_descriptors(fake):
     assert len(os.listdir("/proc/self/fd")) <= before + 2
 
 
+def test_a_closed_loop_is_freed_with_futures_pending_and_after_plain_awaits(fake):
+    loops = []
+
+    async def arm(pending):
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        fut = aio.wait(FakeStream())
+        if not pending:
+            asyncio.get_running_loop().call_soon(complete, fut.event)
+        try:
+            await asyncio.wait_for(fut, 0.02 if pending else 5)   # pending: the awaiting task is cancelled
+        except asyncio.TimeoutError:
+            pass
+        return fut
+    futs = [run(arm(True)) for _ in range(3)]
+    assert not any(f.done() for f in futs)
+    gc.collect()
+    assert [r() for r in loops] == [None] * 3      # nothing of aio keeps a closed loop (or its channel)
+    complete(*(f.event for f in futs))
+
+    async def again():
+        for f in futs:
+            await f
+    run(again())
+    del loops[:]
+    for _ in range(5):
+        run(arm(False))
+    for t in GPU.host_threads:
+        t.join(5)
+    gc.collect()
+    assert [r() for r in loops] == [None] * 5
+
+
 def test_a_channel_hands_over_tokens_and_failures_in_order():
     w = _waiter.Waiter(None)
     ch = _waiter.Channel()
@@ -1060,3 +1092,56 @@ def test_a_forked_child_starts_without_the_parents_waiter_thread():
     r = subprocess.run([sys.executable, "-c", FORK_SCRIPT], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip().splitlines()[-1] == "child 0 parent True"
+
+
+
+RELEASE_RUNS_PYTHON_SCRIPT = textwrap.dedent(r"""
+    import json, time
+    import pycudadrv as cd
+    from pycudadrv import _waiter
+    w, ch, s = _waiter.waiter_for(cd.Device(0)), _waiter.Channel(), cd.Stream()
+    errors, got = [], []
+
+    def recorded(cls=cd.Event):
+        ev = cls(timing=False)
+        ev.record(s)
+        return ev
+
+    def settle(n):
+        for _ in range(5000):
+            got.extend(ch.take())
+            if len(got) >= n:
+                return
+            time.sleep(0.001)
+
+    class Dying(cd.Event):
+        def __del__(self):                  # Python code run while the waiter releases this Event
+            try:
+                w.submit(recorded(), ch, 3, False)
+            except Exception as e:
+                errors.append(repr(e))
+    ev = recorded(Dying)
+    w.submit(ev, ch, 1, False)
+    del ev                                  # the waiter holds it alone now
+    settle(1)
+    w.submit(recorded(), ch, 2, False)      # releases the finished Dying event: its __del__ submits a wait
+    for token in range(4, 10):
+        try:
+            w.submit(recorded(), ch, token, False)
+        except Exception as e:
+            errors.append(repr(e))
+    settle(9)
+    print(json.dumps({"errors": errors[:3], "tokens": sorted(got)}))
+""")
+
+
+@pytest.mark.gpu
+def test_a_waited_event_whose_release_runs_python_code_keeps_the_waiter_consistent():
+    # The waiter keeps each waited Event until its wait is done; releasing one can run Python code (a
+    # __del__, a last Queue reference: another thread's submit under threads) before the new wait was
+    # recorded: "pop from an empty deque", and the Events of later waits released while still waited for.
+    r = subprocess.run([sys.executable, "-c", RELEASE_RUNS_PYTHON_SCRIPT], capture_output=True, text=True,
+                       timeout=120, env=_child_env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"errors": [], "tokens": list(range(1, 10))}, got
