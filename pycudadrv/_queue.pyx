@@ -581,8 +581,6 @@ cdef class QueueCore:
         Raises CudaError for a fault in the queue's work, naming the earliest
         unfinished kernel; CaptureError during ``capture()``."""
         cdef _Lane lane
-        cdef Submission sub
-        cdef Py_ssize_t k
         if self._closed or not self._ready:     # closed, or never initialised
             return
         if self._m == 1:
@@ -594,14 +592,8 @@ cdef class QueueCore:
                 except CudaError as err:
                     raise self._async_error(err, "Queue.synchronize()") from err
         for lane in self._lanes:
-            for k in range(lane.head, len(lane.inflight)):
-                sub = <Submission>lane.inflight[k]
-                sub.done = True
-                if not sub._exposed and sub._start is None:
-                    self._events.append(sub._event)
-                    sub._event = None
-            del lane.inflight[:]
-            lane.head = 0
+            if in_flight(lane):         # all of it is done: retire up to the last (events recycled)
+                retire_to(lane, <Submission>lane.inflight[-1], self._events)
             lane.tail0 = None
             forget_seen(lane, 0)
         self._t0 = _Tracker()
