@@ -133,6 +133,13 @@ ctypedef struct channel_t:
     size_t n, cap
 
 
+cdef inline void channel_ref(channel_t* ch) noexcept nogil:
+    """One more reference: a pending wait or host function that will deliver to it."""
+    pthread_mutex_lock(&ch.mu)
+    ch.refs += 1
+    pthread_mutex_unlock(&ch.mu)
+
+
 cdef void channel_unref(channel_t* ch) noexcept nogil:
     """Drop one reference (with ch->mu held by the caller, which it releases); free at zero."""
     ch.refs -= 1
@@ -252,9 +259,7 @@ cdef class Channel:
         cdef channel_t* ch = self._ch
         if ch == NULL:
             raise ClosedError("pycudadrv.aio: the completion channel is closed")
-        pthread_mutex_lock(&ch.mu)
-        ch.refs += 1
-        pthread_mutex_unlock(&ch.mu)
+        channel_ref(ch)
         with nogil:
             channel_deliver(ch, token, status)
 
@@ -279,9 +284,7 @@ cdef class Channel:
             raise MemoryError()
         t.ch = ch
         t.token = token
-        pthread_mutex_lock(&ch.mu)
-        ch.refs += 1
-        pthread_mutex_unlock(&ch.mu)
+        channel_ref(ch)
         r = driver().p_cuLaunchHostFunc(<CUstream>stream, host_deliver_cb, <void*>t)
         if r != CUDA_SUCCESS:
             pthread_mutex_lock(&ch.mu)
@@ -474,9 +477,7 @@ cdef class Waiter:
             raise ClosedError("pycudadrv.aio: the completion channel is closed")
         if self._pid != _pid or c.pid != _pid:
             raise StateError("pycudadrv.aio: this waiter or channel belongs to the parent process (fork); use waiter_for()")
-        pthread_mutex_lock(&c.mu)
-        c.refs += 1
-        pthread_mutex_unlock(&c.mu)
+        channel_ref(c)
         # With the GIL held throughout (the thread never takes it, so this cannot deadlock): pushes
         # from several Python threads enter the ring and _held in one order.
         pthread_mutex_lock(&w.mu)
