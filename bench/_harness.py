@@ -260,6 +260,8 @@ class Interleaved:
     dropped: dict       # name -> reason
     floor_name: str = ""
     targets: dict = field(default_factory=dict)   # name -> the Row's target (max ratio to the floor)
+    # paired rounds only: name -> per round, the mean of the floor runs just before and just after the row
+    row_floor_ns: dict = field(default_factory=dict)
 
     @property
     def floor_ns(self) -> list:
@@ -270,8 +272,10 @@ class Interleaved:
         return self.floor_ns if name == self.floor_name else self.rows[name]
 
     def ratios(self, name: str) -> list:
-        """Per round: row time / the same round's floor time (1.0 for the floor)."""
-        return [t / f for t, f in zip(self.ns(name), self.floor_ns)]
+        """Per round: row time / the same round's floor time (1.0 for the floor); in paired
+        rounds the floor is the mean of the two floor runs on either side of the row."""
+        floor = self.row_floor_ns.get(name) if name != self.floor_name else None
+        return [t / f for t, f in zip(self.ns(name), floor if floor else self.floor_ns)]
 
     def ratios_between(self, num: str, den: str) -> list:
         """Per round: time of ``num`` / time of ``den`` (same round)."""
@@ -396,12 +400,19 @@ def _time_row(row: Row, n: int) -> tuple[int, int]:
 
 def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, warmup_rounds: int = 1,
                     rotate: bool = True, sync_all: Callable[[], None] | None = None,
-                    label: str = "", log: Callable[[str], None] = print) -> Interleaved:
+                    label: str = "", log: Callable[[str], None] = print, paired: bool = False) -> Interleaved:
     """Run ``warmup_rounds`` uncounted rounds, then ``rounds`` rounds. Each round
     times ``floor``, every row in turn (their order rotated by one each round
     when ``rotate``, so no row always follows the floor), then ``floor`` again;
     the round's floor is the mean of its two floor measurements. ``sync_all``
-    ends each round (every stream idle)."""
+    ends each round (every stream idle).
+
+    ``paired``: the floor also runs between every two rows (floor, row, floor,
+    row, ..., floor), and each row's ratio is to the mean of the floor runs just
+    before and just after it, so host drift within a round (clocks, other load:
+    10-20% over a second of launches on a shared host) cancels row by row
+    instead of only over the whole round. The floor's own report still uses the
+    round's first and last runs."""
     rows = list(rows)
     res = Interleaved(launches, [], [], {r.name: [] for r in rows}, {r.name: [] for r in rows}, {},
                       floor_name=floor.name, targets={r.name: r.target for r in rows if r.target is not None})
@@ -412,6 +423,8 @@ def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, 
         shift = (k % len(rows)) if (rotate and rows) else 0
         order = rows[shift:] + rows[:shift]
         first, d0 = _time_row(floor, launches)
+        before = first              # paired: the floor run just before the next row
+        timed_rows = []             # (name, ns, drain ns, floor run before it)
         for row in order:
             if row.name in res.dropped:
                 continue
@@ -427,10 +440,17 @@ def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, 
                 except Exception:  # noqa: BLE001
                     pass
                 continue
-            if counted:
-                res.rows[row.name].append(t)
-                res.drain_ns[row.name].append(d)
+            timed_rows.append((row.name, t, d, before))
+            if paired and row is not order[-1]:
+                before, _ = _time_row(floor, launches)
         last, d1 = _time_row(floor, launches)
+        if counted:
+            for i, (name, t, d, fb) in enumerate(timed_rows):
+                res.rows[name].append(t)
+                res.drain_ns[name].append(d)
+                if paired:
+                    fa = timed_rows[i + 1][3] if i + 1 < len(timed_rows) else last
+                    res.row_floor_ns.setdefault(name, []).append((fb + fa) / 2)
         if sync_all is not None:
             sync_all()
         if counted:
@@ -445,6 +465,7 @@ def run_interleaved(floor: Row, rows: list[Row], *, rounds: int, launches: int, 
     for name in list(res.dropped):
         res.rows.pop(name, None)
         res.drain_ns.pop(name, None)
+        res.row_floor_ns.pop(name, None)
     return res
 
 

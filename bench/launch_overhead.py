@@ -32,9 +32,12 @@ Method
 ------
 Only ratios measured in one process, interleaved, mean anything: launch cost
 drifts with clocks, caches and whatever else the host is doing. So each round
-times ``--launches`` (20,000) launches of every row in turn, the C floor first
-and again last (the round's floor is the mean of the two, cancelling linear
-drift), the middle rows in an order rotated by one every round. Each row's
+times ``--launches`` (20,000) launches of every row in turn, the C floor first,
+between every two rows and again last (each row's floor is the mean of the
+C runs just before and just after it: on a shared host launch cost drifts by
+10-20% over the second a round takes, and a floor run adjacent to the row
+cancels that; ``--unpaired`` times the floor only first and last), the rows
+in an order rotated by one every round. Each row's
 timing region (``time.perf_counter_ns``) covers its launches only; after it,
 its stream is synchronised outside the timing (that drain time is recorded
 too), so no row starts with another's work still queued; each round ends
@@ -446,6 +449,8 @@ def parse_args(argv=None):
     ap.add_argument("--no-peers", action="store_true", help="skip cuda.bindings, cuda.core and CuPy")
     ap.add_argument("--no-params", action="store_true", help="skip the parameter-count table")
     ap.add_argument("--no-rotate", action="store_true", help="same row order every round")
+    ap.add_argument("--unpaired", action="store_true",
+                    help="the floor only first and last in each round, not between every two rows")
     add_output_args(ap)
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.launches < 1 or args.warmup_rounds < 0:
@@ -499,7 +504,7 @@ def main(argv=None) -> int:
     log(f"main benchmark: {len(rows) + 1} rows")
     res = run_interleaved(floor_row, rows, rounds=args.rounds, launches=args.launches,
                           warmup_rounds=args.warmup_rounds, rotate=not args.no_rotate, sync_all=sync_all,
-                          label="main", log=log)
+                          label="main", log=log, paired=not args.unpaired)
     order = [r.name for r in rows if r.name in res.rows]
     main_rep = {"floor": res.floor_report(FLOOR),
                 "rows": {n: res.row_report(n, TARGETS.get(n)) for n in order}}
@@ -525,7 +530,7 @@ def main(argv=None) -> int:
             pres = run_interleaved(c_floor_row(floor, FLOOR, pfn, s, pc, pdev), prow, rounds=args.rounds,
                                    launches=args.launches, warmup_rounds=args.warmup_rounds,
                                    rotate=not args.no_rotate, sync_all=sync_all, label=f"{count} params",
-                                   log=lambda m: None)
+                                   log=lambda m: None, paired=not args.unpaired)
             params_rep[count] = {"floor": pres.floor_report(FLOOR),
                                  "rows": {n: pres.row_report(n) for n in (PREPARED, GENERIC, CALL_FLOOR)
                                           if n in pres.rows},

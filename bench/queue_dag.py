@@ -20,8 +20,9 @@ issuing only (the drain after it is recorded apart):
 * **Queue, prepared** -- ``q.submit(p)`` with the launches bound beforehand.
 * **one stream** -- the same launches on one stream (no events at all).
 
-Interleaved rounds (``bench/_harness.run_interleaved``), ratios to the same
-round's hand-placed row, medians over rounds.
+Interleaved rounds (``bench/_harness.run_interleaved``, paired: the hand-placed
+row also runs between every two rows), ratios to the hand-placed runs just
+before and after each row, medians over rounds (``--unpaired``: first and last only).
 
 **Overlap** -- ``K`` = 8 independent kernels of about 2 ms each (one block
 spinning on ``%globaltimer``, then a copy), issued and waited for (host wall
@@ -84,6 +85,8 @@ def main(argv=None) -> int:
     ap = new_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--launches", type=int, default=2048, help="kernels per DAG row per round (multiple of 4)")
+    ap.add_argument("--unpaired", action="store_true",
+                    help="the floor only first and last in each round, not between every two rows")
     ap.add_argument("--overlap-rounds", type=int, default=7)
     add_output_args(ap)
     args = ap.parse_args(argv)
@@ -157,7 +160,7 @@ def main(argv=None) -> int:
     rows = [Row(QUEUE, queued, q.synchronize), Row(QUEUE_PREP, queued_prepared, q.synchronize),
             Row(ONE, one_stream, one.synchronize)]
     res = run_interleaved(Row(HAND, hand, hand_sync), rows, rounds=args.rounds, launches=args.launches,
-                          label="dag", log=log)
+                          label="dag", log=log, paired=not args.unpaired)
     us = {name: res.per_launch_us(v) for name, v in res.rows.items()}
     us[HAND] = res.per_launch_us(res.floor_ns)
     ratios = {name: res.ratios(name) for name in res.rows}

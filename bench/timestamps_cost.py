@@ -22,7 +22,7 @@ owned stream, timed per pass:
 * **references** -- a C ``cuLaunchKernel`` loop and ``p.launch()`` alone, so
   the cost of the timing itself (row minus its launch-only reference) shows.
 
-Interleaved rounds as in launch_overhead; ratios to the same round's C floor.
+Interleaved rounds as in launch_overhead (the floor also between every two rows); ratios to the adjacent C floor runs.
 Summary key: ``timestamps_pass_over_c`` (target <= 1.10, issue 12).
 Output: the table, ``bench/results/timestamps_cost.json``. Exit 2 without CUDA.
 """
@@ -52,6 +52,8 @@ def main(argv=None) -> int:
     ap = new_parser(__doc__)
     ap.add_argument("--rounds", type=int, default=11)
     ap.add_argument("--launches", type=int, default=10_000)
+    ap.add_argument("--unpaired", action="store_true",
+                    help="the floor only first and last in each round, not between every two rows")
     add_output_args(ap)
     args = ap.parse_args(argv)
     b = setup("timestamps_cost", f"{args.rounds} rounds x {args.launches:,} passes")
@@ -125,7 +127,7 @@ def main(argv=None) -> int:
     rows = [Row(C_LAUNCH, c_launch, s.synchronize), Row(TS, ts_run, ts_sync), Row(TS_READS, ts_run_reads, ts_sync),
             Row(BY_HAND, by_hand, s.synchronize), Row(PREPARED, loop_call0(p.launch), s.synchronize)]
     res = run_interleaved(Row(FLOOR, c_timed, s.synchronize), rows, rounds=args.rounds, launches=args.launches,
-                          label="timestamps", log=log)
+                          label="timestamps", log=log, paired=not args.unpaired)
     us = {name: res.per_launch_us(v) for name, v in res.rows.items()}
     us[FLOOR] = res.per_launch_us(res.floor_ns)
     med = {k: median_or_nan(v) for k, v in us.items()}

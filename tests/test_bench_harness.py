@@ -168,3 +168,33 @@ def test_report_header_has_the_keys_of_every_benchmark_json():
     assert h == {"benchmark": "bench_x", "cpu": "x",
                  "device": {"name": "GPU", "ordinal": 0, "compute_capability": [9, 0], "arch": "sm_90"},
                  "driver_version": "13.0", "pycudadrv_version": "1.2.3", "nvrtc_version": None}
+
+
+def test_paired_rounds_give_each_row_the_floor_runs_beside_it():
+    # the floor drifts within a round: 1000, 2000, 3000 ns (first, between the rows, last); row a
+    # (between 1000 and 2000) costs 1500 and row b (between 2000 and 3000) 2500: both at the floor
+    # beside them. Unpaired, a would read 0.75 and b 1.25 of the round's mean floor (2000).
+    floor = _fixed("C floor", [1000, 2000, 3000] * 2)
+    rows = [_fixed("a", [1500] * 2), _fixed("b", [2500] * 2)]
+    res = _harness.run_interleaved(floor, rows, rounds=2, launches=10, warmup_rounds=0, rotate=False,
+                                   log=lambda m: None, paired=True)
+    assert res.ratios("a") == [1.0, 1.0]
+    assert res.ratios("b") == [1.0, 1.0]
+    assert res.floor_first_ns == [1000, 1000] and res.floor_last_ns == [3000, 3000]
+    assert res.ratios("C floor") == [1.0, 1.0]
+    unpaired = _harness.run_interleaved(_fixed("C floor", [1000, 3000] * 2),
+                                        [_fixed("a", [1500] * 2), _fixed("b", [2500] * 2)], rounds=2,
+                                        launches=10, warmup_rounds=0, rotate=False, log=lambda m: None)
+    assert unpaired.ratios("a") == [0.75, 0.75] and unpaired.ratios("b") == [1.25, 1.25]
+
+
+def test_paired_rounds_pair_around_a_row_dropped_in_the_round():
+    # a non-essential row that raises is dropped; the rows around it keep adjacent floors
+    def boom(n):
+        raise RuntimeError("peer failed")
+    floor = _fixed("C floor", [1000, 2000, 4000])
+    rows = [_fixed("a", [1500]), _harness.Row("peer", boom, lambda: None, essential=False), _fixed("b", [3000])]
+    res = _harness.run_interleaved(floor, rows, rounds=1, launches=10, warmup_rounds=0, rotate=False,
+                                   log=lambda m: None, paired=True)
+    assert "peer" in res.dropped and "peer" not in res.rows and "peer" not in res.row_floor_ns
+    assert res.ratios("a") == [1.0] and res.ratios("b") == [1.0]
