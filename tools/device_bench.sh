@@ -10,9 +10,7 @@ LOGS=$(mktemp -d)
 mkdir -p "$FINAL_OUT"
 trap 'cp bench/results/*.json "$LOGS"/ 2>/dev/null; tar -czf "$FINAL_OUT/bench.tar.gz" -C "$LOGS" .' EXIT
 export PYTHONUNBUFFERED=1 PYCUDADRV_CACHE_DIR=${PYCUDADRV_CACHE_DIR:-/tmp/pycudadrv-cache}
-if ! python3 -c "import pycudadrv._launch" 2>/dev/null; then
-  python3 setup.py -q build_ext --inplace > "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
-fi
+python3 setup.py -q build_ext --inplace > "$LOGS/build.log" 2>&1 || { tail -40 "$LOGS/build.log"; exit 1; }
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 for spec in "$@"; do
   IFS=: read -r name limit args <<< "$spec"
