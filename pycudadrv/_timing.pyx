@@ -7,6 +7,7 @@ more than the two ``cuEventRecord`` calls themselves, so they are here, in C.
 The reading side (requests, results, reset) stays in Python, on the same
 attributes."""
 cimport cython
+from cpython.object cimport PyObject
 
 from pycudadrv._stream cimport Stream
 from pycudadrv._event cimport Event
@@ -21,6 +22,7 @@ PASS_CACHE_LIMIT = 256
 
 
 cdef class Pass
+cdef class _PassExit
 
 # pycudadrv.nvtx's globals: a pass reads nvtx.enabled from them (a dict look-up, not a module attribute walk).
 cdef dict _nvtx_state = nvtx.__dict__
@@ -59,6 +61,7 @@ cdef class TimestampsBase:
     cdef Py_ssize_t _entry_n
     cdef object _last_label          # the label of the last measure() call and its pass (a loop repeats it)
     cdef Pass _last_pass
+    cdef _PassExit _exit             # every pass's __exit__ (one object, made here)
 
     def __cinit__(self, *args, **kwargs):
         self._passes = []
@@ -71,6 +74,7 @@ cdef class TimestampsBase:
         self._labels = {}
         self._entry_pool = []
         self._entry_n = 0
+        self._exit = _new_exit(self)
 
     @property
     def _open(self):
@@ -158,12 +162,113 @@ cdef class TimestampsBase:
         return p
 
 
+# `with p:` looks `__enter__` and `__exit__` up on type(p) and calls what the descriptor found there
+# gives for p (_PyObject_LookupSpecial). For a method, that is a new bound-method object per lookup:
+# two allocations and two deallocations per pass, more than the pass's own bookkeeping. Pass's
+# `__enter__` and `__exit__` are descriptors instead that hand out callables made once per Pass
+# (_PassEnter) and once per Timestamps (_PassExit): a pass allocates nothing.
+
+cdef extern from "pycudadrv/vcall.h":
+    int pycudadrv_enable_vectorcall(object t, object sample, void* field) except -1
+    Py_ssize_t pycudadrv_vectorcall_nargs(size_t nargsf)
+
+
+@cython.final
+cdef class _PassEnter:
+    """``Pass.__enter__`` bound to one pass: records the start event and returns the Timestamps."""
+    cdef void* _vc                   # _enter_vc: called without an argument tuple (vcall.h)
+    cdef TimestampsBase _ts
+    cdef str _label
+
+    def __call__(self):
+        self._ts._begin(self._label)
+        return self._ts
+
+    def __repr__(self):
+        return f"<bound __enter__ of the Timestamps pass {self._label!r}>"
+
+
+@cython.final
+cdef class _PassExit:
+    """``Pass.__exit__`` of every pass of one Timestamps: records the end event of the innermost
+    open pass (passes close innermost first), returns False (an exception propagates)."""
+    cdef void* _vc                   # _exit_vc
+    cdef TimestampsBase _ts
+
+    def __call__(self, exc_type, exc, tb):
+        self._ts._end()
+        return False
+
+    def __repr__(self):
+        return "<bound __exit__ of a Timestamps pass>"
+
+
+cdef object _enter_vc(object self, PyObject** args, size_t nargsf, PyObject* kwnames):
+    if kwnames != NULL or pycudadrv_vectorcall_nargs(nargsf) != 0:
+        raise ArgumentTypeError("Timestamps pass __enter__() takes no arguments")
+    cdef _PassEnter e = <_PassEnter>self
+    e._ts._begin(e._label)
+    return e._ts
+
+
+cdef object _exit_vc(object self, PyObject** args, size_t nargsf, PyObject* kwnames):
+    if kwnames != NULL or pycudadrv_vectorcall_nargs(nargsf) != 3:
+        raise ArgumentTypeError("Timestamps pass __exit__(exc_type, exc, tb) takes 3 positional arguments")
+    (<_PassExit>self)._ts._end()
+    return False
+
+
+cdef _PassEnter _new_enter(TimestampsBase ts, str label):
+    cdef _PassEnter e = _PassEnter.__new__(_PassEnter)
+    e._vc = <void*>_enter_vc
+    e._ts = ts
+    e._label = label
+    return e
+
+
+cdef _PassExit _new_exit(TimestampsBase ts):
+    cdef _PassExit x = _PassExit.__new__(_PassExit)
+    x._vc = <void*>_exit_vc
+    x._ts = ts
+    return x
+
+
+cdef int _enable_vectorcalls() except -1:
+    cdef _PassEnter e = _PassEnter.__new__(_PassEnter)
+    cdef _PassExit x = _PassExit.__new__(_PassExit)
+    pycudadrv_enable_vectorcall(_PassEnter, e, &e._vc)
+    pycudadrv_enable_vectorcall(_PassExit, x, &x._vc)
+    return 0
+
+
+_enable_vectorcalls()
+
+
+@cython.final
+cdef class _EnterSlot:
+    """The ``__enter__`` descriptor of Pass."""
+    def __get__(self, obj, objtype):
+        return self if obj is None else (<Pass>obj)._enter
+
+
+@cython.final
+cdef class _ExitSlot:
+    """The ``__exit__`` descriptor of Pass."""
+    def __get__(self, obj, objtype):
+        return self if obj is None else (<Pass>obj)._ts._exit
+
+
 @cython.final
 cdef class Pass:
     """``with ts.measure(label):`` -- one event recorded on entry, one on exit.
-    Holds no state of its own, so one object serves every (nested) use of its label."""
+    Holds no state of its own, so one object serves every (nested) use of its label.
+
+    ``__enter__()`` records the start event (``cuEventRecord``) and returns the Timestamps;
+    ``__exit__(exc_type, exc, tb)`` records the end event of the innermost open pass and returns
+    False. Both are made once per pass object, so a ``with`` allocates nothing."""
     cdef TimestampsBase _ts
     cdef readonly str label
+    cdef _PassEnter _enter
 
     def __cinit__(self, ts=None, label=None):
         if not isinstance(ts, TimestampsBase) or type(label) is not str:
@@ -171,14 +276,10 @@ cdef class Pass:
                                     f"Pass({type(ts).__name__}, {type(label).__name__})")
         self._ts = <TimestampsBase>ts
         self.label = label
+        self._enter = _new_enter(self._ts, label)
 
-    def __enter__(self):
-        self._ts._begin(self.label)
-        return self._ts
-
-    def __exit__(self, exc_type, exc, tb):
-        self._ts._end()
-        return False
+    __enter__ = _EnterSlot()
+    __exit__ = _ExitSlot()
 
     def __repr__(self):
         return f"<Timestamps pass {self.label!r}>"
