@@ -7,10 +7,13 @@ more than the two ``cuEventRecord`` calls themselves, so they are here, in C.
 The reading side (requests, results, reset) stays in Python, on the same
 attributes."""
 cimport cython
+from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from pycudadrv._stream cimport Stream
 from pycudadrv._event cimport Event
+from pycudadrv._driver cimport check, driver
 
 from pycudadrv import nvtx
 from pycudadrv._errors import ArgumentTypeError, StateError
@@ -26,6 +29,14 @@ cdef class _PassExit
 
 # pycudadrv.nvtx's globals: a pass reads nvtx.enabled from them (a dict look-up, not a module attribute walk).
 cdef dict _nvtx_state = nvtx.__dict__
+
+
+cdef inline void _set(list items, Py_ssize_t i, object value) noexcept:
+    """``items[i] = value`` for an index known to be in range (no checks, no call)."""
+    cdef PyObject* old = PyList_GET_ITEM(items, i)
+    Py_INCREF(value)
+    PyList_SET_ITEM(items, i, value)
+    Py_XDECREF(old)
 
 
 cdef Py_ssize_t _put(list pool, Py_ssize_t n, object items) except -1:
@@ -46,7 +57,8 @@ cdef class TimestampsBase:
     Entries are ``[label, start Event, end Event or None while open]``. The event and entry
     pools and the stack of open passes are lists used up to a count: taking from them or
     putting back never resizes a list, so a steady loop allocates nothing."""
-    cdef public object stream
+    cdef object _stream
+    cdef Stream _cstream             # _stream when it is a pycudadrv Stream (events recorded from C), else None
     cdef public list _passes         # entries not yet requested, in order of start
     cdef list _open_stack            # the open passes, innermost last: the first _depth items
     cdef Py_ssize_t _depth
@@ -77,6 +89,16 @@ cdef class TimestampsBase:
         self._exit = _new_exit(self)
 
     @property
+    def stream(self):
+        """The stream the passes are timed on."""
+        return self._stream
+
+    @stream.setter
+    def stream(self, value):
+        self._stream = value
+        self._cstream = <Stream>value if type(value) is Stream else None
+
+    @property
     def _open(self):
         """The open passes' entries, innermost last (a new list)."""
         return self._open_stack[:self._depth]
@@ -87,20 +109,35 @@ cdef class TimestampsBase:
         self._pool_n = _put(self._pool, self._pool_n, events)
         self._entry_n = _put(self._entry_pool, self._entry_n, entries)
 
-    cdef object _event(self):
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef inline object _event(self):
         if self._pool_n:
             self._pool_n -= 1
             return self._pool[self._pool_n]      # the list keeps its reference: it never shrinks
         return self._new_event()     # the subclass's: a timing event on the stream's device
 
-    cdef int _record(self, ev) except -1:
-        s = self.stream
-        if type(ev) is Event and type(s) is Stream and (<Event>ev).device is (<Stream>s).device:
-            (<Event>ev)._record_on(<Stream>s)          # Event.record(s) without the Python call
-        else:
-            ev.record(s)
+    cdef inline int _record(self, object ev) except -1:
+        """``ev.record(stream)``: for a pycudadrv Event and Stream of one device, the
+        ``cuEventRecord`` straight from here (Event._record_on's checks, inline); anything
+        else (a closed event or stream, another device, a stand-in) through its own methods."""
+        cdef Stream s = self._cstream
+        cdef Event e
+        if s is not None and type(ev) is Event:
+            e = <Event>ev
+            if e.device is s.device and not e._closed and not s._closed:
+                s.device.activate()
+                check(driver().p_cuEventRecord(e._handle, s._handle), "cuEventRecord")
+                e._recorded = True
+                return 0
+            if e.device is s.device:
+                e._record_on(s)          # raises ClosedError, naming what is closed
+                return 0
+        ev.record(self._stream)
         return 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _begin(self, str label) except -1:
         cdef list entry
         ev = self._event()
@@ -108,14 +145,14 @@ cdef class TimestampsBase:
         if self._entry_n:
             self._entry_n -= 1
             entry = <list>self._entry_pool[self._entry_n]
-            entry[0] = label
-            entry[1] = ev
-            entry[2] = None
+            _set(entry, 0, label)
+            _set(entry, 1, ev)
+            _set(entry, 2, None)
         else:
             entry = [label, ev, None]
         self._passes.append(entry)
         if self._depth < len(self._open_stack):
-            self._open_stack[self._depth] = entry
+            _set(self._open_stack, self._depth, entry)
         else:
             self._open_stack.append(entry)
         self._depth += 1
@@ -123,6 +160,8 @@ cdef class TimestampsBase:
             self._nvtx_open.append(entry)
         return 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _end(self) except -1:
         if self._depth <= 0:         # an __exit__ twice, or without __enter__: no open pass to close
             raise StateError("Timestamps: a pass was left that is not open (its __exit__ called twice, or "
@@ -131,7 +170,7 @@ cdef class TimestampsBase:
         self._record(ev)
         self._depth -= 1
         cdef list entry = <list>self._open_stack[self._depth]
-        entry[2] = ev
+        _set(entry, 2, ev)
         self._last_end = ev
         cdef list nv = self._nvtx_open
         if nv and nv[len(nv) - 1] is entry:
