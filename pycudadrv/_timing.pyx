@@ -215,13 +215,9 @@ cdef extern from "pycudadrv/vcall.h":
 @cython.final
 cdef class _PassEnter:
     """``Pass.__enter__`` bound to one pass: records the start event and returns the Timestamps."""
-    cdef void* _vc                   # _enter_vc: called without an argument tuple (vcall.h)
+    cdef void* _vc                   # _enter_vc, its call (vcall.h: a vectorcall, no argument tuple)
     cdef TimestampsBase _ts
     cdef str _label
-
-    def __call__(self):
-        self._ts._begin(self._label)
-        return self._ts
 
     def __repr__(self):
         return f"<bound __enter__ of the Timestamps pass {self._label!r}>"
@@ -231,12 +227,8 @@ cdef class _PassEnter:
 cdef class _PassExit:
     """``Pass.__exit__`` of every pass of one Timestamps: records the end event of the innermost
     open pass (passes close innermost first), returns False (an exception propagates)."""
-    cdef void* _vc                   # _exit_vc
+    cdef void* _vc                   # _exit_vc, its call
     cdef TimestampsBase _ts
-
-    def __call__(self, exc_type, exc, tb):
-        self._ts._end()
-        return False
 
     def __repr__(self):
         return "<bound __exit__ of a Timestamps pass>"

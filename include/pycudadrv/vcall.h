@@ -2,8 +2,8 @@
  *
  * Cython makes `__call__` a tp_call slot: every call packs its arguments into a tuple. A type whose
  * instances hold a vectorcallfunc at a fixed offset, with Py_TPFLAGS_HAVE_VECTORCALL set, is called
- * with the caller's argument array instead (what CPython's own functions do). tp_call stays, for
- * PyObject_Call with a tuple. */
+ * with the caller's argument array instead (what CPython's own functions do); its tp_call becomes
+ * PyVectorcall_Call, so a call with a tuple and a dict (f(*args, **kw)) takes the same function. */
 #ifndef PYCUDADRV_VCALL_H
 #define PYCUDADRV_VCALL_H
 #include <Python.h>
@@ -17,10 +17,7 @@
 static inline int pycudadrv_enable_vectorcall(PyObject *t, PyObject *sample, void *field)
 {
     PyTypeObject *tp = (PyTypeObject *)t;
-    if (tp->tp_call == NULL) {
-        PyErr_SetString(PyExc_SystemError, "pycudadrv_enable_vectorcall: the type has no tp_call");
-        return -1;
-    }
+    tp->tp_call = PyVectorcall_Call;
     tp->tp_vectorcall_offset = (Py_ssize_t)((char *)field - (char *)sample);
     tp->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
     return 0;
