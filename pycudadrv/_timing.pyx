@@ -2,8 +2,10 @@
 """The hot half of :mod:`pycudadrv.timestamps`: entering and leaving a pass.
 
 ``with ts.measure(label):`` runs a pop from the event pool, an event record
-and a little list bookkeeping on entry and on exit; done in Python those cost
-more than the two ``cuEventRecord`` calls themselves, so they are here, in C.
+(``cuEventRecord``, called from here) and a little list bookkeeping on entry and
+on exit, through callables made once (no bound method, no argument tuple per
+pass); done in Python those cost more than the two ``cuEventRecord`` calls
+themselves, so they are here, in C.
 The reading side (requests, results, reset) stays in Python, on the same
 attributes."""
 cimport cython
