@@ -2,14 +2,20 @@
 """The hot half of :mod:`pycudadrv.timestamps`: entering and leaving a pass.
 
 ``with ts.measure(label):`` runs a pop from the event pool, an event record
-and a little list bookkeeping on entry and on exit; done in Python those cost
-more than the two ``cuEventRecord`` calls themselves, so they are here, in C.
+(``cuEventRecord``, called from here) and a little list bookkeeping on entry and
+on exit, through callables made once (no bound method, no argument tuple per
+pass); done in Python those cost more than the two ``cuEventRecord`` calls
+themselves, so they are here, in C.
 The reading side (requests, results, reset) stays in Python, on the same
 attributes."""
 cimport cython
+from cpython.list cimport PyList_GET_ITEM, PyList_SET_ITEM
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from pycudadrv._stream cimport Stream
 from pycudadrv._event cimport Event
+from pycudadrv._driver cimport check, driver
 
 from pycudadrv import nvtx
 from pycudadrv._errors import ArgumentTypeError, StateError
@@ -21,9 +27,18 @@ PASS_CACHE_LIMIT = 256
 
 
 cdef class Pass
+cdef class _PassExit
 
 # pycudadrv.nvtx's globals: a pass reads nvtx.enabled from them (a dict look-up, not a module attribute walk).
 cdef dict _nvtx_state = nvtx.__dict__
+
+
+cdef inline void _set(list items, Py_ssize_t i, object value) noexcept:
+    """``items[i] = value`` for an index known to be in range (no checks, no call)."""
+    cdef PyObject* old = PyList_GET_ITEM(items, i)
+    Py_INCREF(value)
+    PyList_SET_ITEM(items, i, value)
+    Py_XDECREF(old)
 
 
 cdef Py_ssize_t _put(list pool, Py_ssize_t n, object items) except -1:
@@ -44,7 +59,8 @@ cdef class TimestampsBase:
     Entries are ``[label, start Event, end Event or None while open]``. The event and entry
     pools and the stack of open passes are lists used up to a count: taking from them or
     putting back never resizes a list, so a steady loop allocates nothing."""
-    cdef public object stream
+    cdef object _stream
+    cdef Stream _cstream             # _stream when it is a pycudadrv Stream (events recorded from C), else None
     cdef public list _passes         # entries not yet requested, in order of start
     cdef list _open_stack            # the open passes, innermost last: the first _depth items
     cdef Py_ssize_t _depth
@@ -59,6 +75,7 @@ cdef class TimestampsBase:
     cdef Py_ssize_t _entry_n
     cdef object _last_label          # the label of the last measure() call and its pass (a loop repeats it)
     cdef Pass _last_pass
+    cdef _PassExit _exit             # every pass's __exit__ (one object, made here)
 
     def __cinit__(self, *args, **kwargs):
         self._passes = []
@@ -71,6 +88,17 @@ cdef class TimestampsBase:
         self._labels = {}
         self._entry_pool = []
         self._entry_n = 0
+        self._exit = _new_exit(self)
+
+    @property
+    def stream(self):
+        """The stream the passes are timed on."""
+        return self._stream
+
+    @stream.setter
+    def stream(self, value):
+        self._stream = value
+        self._cstream = <Stream>value if type(value) is Stream else None
 
     @property
     def _open(self):
@@ -83,20 +111,35 @@ cdef class TimestampsBase:
         self._pool_n = _put(self._pool, self._pool_n, events)
         self._entry_n = _put(self._entry_pool, self._entry_n, entries)
 
-    cdef object _event(self):
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef inline object _event(self):
         if self._pool_n:
             self._pool_n -= 1
             return self._pool[self._pool_n]      # the list keeps its reference: it never shrinks
         return self._new_event()     # the subclass's: a timing event on the stream's device
 
-    cdef int _record(self, ev) except -1:
-        s = self.stream
-        if type(ev) is Event and type(s) is Stream and (<Event>ev).device is (<Stream>s).device:
-            (<Event>ev)._record_on(<Stream>s)          # Event.record(s) without the Python call
-        else:
-            ev.record(s)
+    cdef inline int _record(self, object ev) except -1:
+        """``ev.record(stream)``: for a pycudadrv Event and Stream of one device, the
+        ``cuEventRecord`` straight from here (Event._record_on's checks, inline); anything
+        else (a closed event or stream, another device, a stand-in) through its own methods."""
+        cdef Stream s = self._cstream
+        cdef Event e
+        if s is not None and type(ev) is Event:
+            e = <Event>ev
+            if e.device is s.device and not e._closed and not s._closed:
+                s.device.activate()
+                check(driver().p_cuEventRecord(e._handle, s._handle), "cuEventRecord")
+                e._recorded = True
+                return 0
+            if e.device is s.device:
+                e._record_on(s)          # raises ClosedError, naming what is closed
+                return 0
+        ev.record(self._stream)
         return 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _begin(self, str label) except -1:
         cdef list entry
         ev = self._event()
@@ -104,14 +147,14 @@ cdef class TimestampsBase:
         if self._entry_n:
             self._entry_n -= 1
             entry = <list>self._entry_pool[self._entry_n]
-            entry[0] = label
-            entry[1] = ev
-            entry[2] = None
+            _set(entry, 0, label)
+            _set(entry, 1, ev)
+            _set(entry, 2, None)
         else:
             entry = [label, ev, None]
         self._passes.append(entry)
         if self._depth < len(self._open_stack):
-            self._open_stack[self._depth] = entry
+            _set(self._open_stack, self._depth, entry)
         else:
             self._open_stack.append(entry)
         self._depth += 1
@@ -119,6 +162,8 @@ cdef class TimestampsBase:
             self._nvtx_open.append(entry)
         return 0
 
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
     cdef int _end(self) except -1:
         if self._depth <= 0:         # an __exit__ twice, or without __enter__: no open pass to close
             raise StateError("Timestamps: a pass was left that is not open (its __exit__ called twice, or "
@@ -127,7 +172,7 @@ cdef class TimestampsBase:
         self._record(ev)
         self._depth -= 1
         cdef list entry = <list>self._open_stack[self._depth]
-        entry[2] = ev
+        _set(entry, 2, ev)
         self._last_end = ev
         cdef list nv = self._nvtx_open
         if nv and nv[len(nv) - 1] is entry:
@@ -158,12 +203,105 @@ cdef class TimestampsBase:
         return p
 
 
+# `with p:` looks `__enter__` and `__exit__` up on type(p) and calls what the descriptor found there
+# gives for p (_PyObject_LookupSpecial). For a method, that is a new bound-method object per lookup:
+# two allocations and two deallocations per pass, more than the pass's own bookkeeping. Pass's
+# `__enter__` and `__exit__` are descriptors instead that hand out callables made once per Pass
+# (_PassEnter) and once per Timestamps (_PassExit): a pass allocates nothing.
+
+cdef extern from "pycudadrv/vcall.h":
+    int pycudadrv_enable_vectorcall(object t, object sample, void* field) except -1
+    Py_ssize_t pycudadrv_vectorcall_nargs(size_t nargsf)
+
+
+@cython.final
+cdef class _PassEnter:
+    """``Pass.__enter__`` bound to one pass: records the start event and returns the Timestamps."""
+    cdef void* _vc                   # _enter_vc, its call (vcall.h: a vectorcall, no argument tuple)
+    cdef TimestampsBase _ts
+    cdef str _label
+
+    def __repr__(self):
+        return f"<bound __enter__ of the Timestamps pass {self._label!r}>"
+
+
+@cython.final
+cdef class _PassExit:
+    """``Pass.__exit__`` of every pass of one Timestamps: records the end event of the innermost
+    open pass (passes close innermost first), returns False (an exception propagates)."""
+    cdef void* _vc                   # _exit_vc, its call
+    cdef TimestampsBase _ts
+
+    def __repr__(self):
+        return "<bound __exit__ of a Timestamps pass>"
+
+
+cdef object _enter_vc(object self, PyObject** args, size_t nargsf, PyObject* kwnames):
+    if kwnames != NULL or pycudadrv_vectorcall_nargs(nargsf) != 0:
+        raise ArgumentTypeError("Timestamps pass __enter__() takes no arguments")
+    cdef _PassEnter e = <_PassEnter>self
+    e._ts._begin(e._label)
+    return e._ts
+
+
+cdef object _exit_vc(object self, PyObject** args, size_t nargsf, PyObject* kwnames):
+    if kwnames != NULL or pycudadrv_vectorcall_nargs(nargsf) != 3:
+        raise ArgumentTypeError("Timestamps pass __exit__(exc_type, exc, tb) takes 3 positional arguments")
+    (<_PassExit>self)._ts._end()
+    return False
+
+
+cdef _PassEnter _new_enter(TimestampsBase ts, str label):
+    cdef _PassEnter e = _PassEnter.__new__(_PassEnter)
+    e._vc = <void*>_enter_vc
+    e._ts = ts
+    e._label = label
+    return e
+
+
+cdef _PassExit _new_exit(TimestampsBase ts):
+    cdef _PassExit x = _PassExit.__new__(_PassExit)
+    x._vc = <void*>_exit_vc
+    x._ts = ts
+    return x
+
+
+cdef int _enable_vectorcalls() except -1:
+    cdef _PassEnter e = _PassEnter.__new__(_PassEnter)
+    cdef _PassExit x = _PassExit.__new__(_PassExit)
+    pycudadrv_enable_vectorcall(_PassEnter, e, &e._vc)
+    pycudadrv_enable_vectorcall(_PassExit, x, &x._vc)
+    return 0
+
+
+_enable_vectorcalls()
+
+
+@cython.final
+cdef class _EnterSlot:
+    """The ``__enter__`` descriptor of Pass."""
+    def __get__(self, obj, objtype):
+        return self if obj is None else (<Pass>obj)._enter
+
+
+@cython.final
+cdef class _ExitSlot:
+    """The ``__exit__`` descriptor of Pass."""
+    def __get__(self, obj, objtype):
+        return self if obj is None else (<Pass>obj)._ts._exit
+
+
 @cython.final
 cdef class Pass:
     """``with ts.measure(label):`` -- one event recorded on entry, one on exit.
-    Holds no state of its own, so one object serves every (nested) use of its label."""
+    Holds no state of its own, so one object serves every (nested) use of its label.
+
+    ``__enter__()`` records the start event (``cuEventRecord``) and returns the Timestamps;
+    ``__exit__(exc_type, exc, tb)`` records the end event of the innermost open pass and returns
+    False. Both are made once per pass object, so a ``with`` allocates nothing."""
     cdef TimestampsBase _ts
     cdef readonly str label
+    cdef _PassEnter _enter
 
     def __cinit__(self, ts=None, label=None):
         if not isinstance(ts, TimestampsBase) or type(label) is not str:
@@ -171,14 +309,10 @@ cdef class Pass:
                                     f"Pass({type(ts).__name__}, {type(label).__name__})")
         self._ts = <TimestampsBase>ts
         self.label = label
+        self._enter = _new_enter(self._ts, label)
 
-    def __enter__(self):
-        self._ts._begin(self.label)
-        return self._ts
-
-    def __exit__(self, exc_type, exc, tb):
-        self._ts._end()
-        return False
+    __enter__ = _EnterSlot()
+    __exit__ = _ExitSlot()
 
     def __repr__(self):
         return f"<Timestamps pass {self.label!r}>"

@@ -21,8 +21,9 @@ class Timestamps(TimestampsBase):
 
     Each pass records a start and an end event (``cuEventRecord``) around
     whatever is launched on the stream inside the block; events come from a
-    pool and ``measure(label)`` returns the same small pass object for the
-    same label, so a steady loop creates nothing but one list per pass. Times
+    pool, ``measure(label)`` returns the same small pass object for the
+    same label and entering or leaving it makes no Python object, so a
+    steady loop that takes its results creates nothing. Times
     are in milliseconds (``cuEventElapsedTime``, resolution about 0.5 us).
 
     Results, as in khal: :meth:`request_read` asks for the results of every

@@ -341,3 +341,74 @@ def test_leaving_a_pass_that_is_not_open_raises_and_changes_nothing(ts, how):
 def test_a_stream_that_is_not_a_stream_is_refused_at_construction(stream):
     with pytest.raises(cd.ArgumentTypeError, match="Timestamps: stream must be a pycudadrv Stream or None, got"):
         cd.Timestamps(stream)
+
+
+SAXPY = r"""
+extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_passes_right_after_a_graph_capture_and_a_queue_submission_time_the_kernel_and_keep_its_result(rng):
+    """Twice in one process: a graph captured and replayed on the stream, a Queue submission, then
+    passes (one prepared launch in each of two passes, inside an outer pass) on the same stream: each
+    kernel's result is a * x + y (NumPy float64 reference, outputs poisoned before), and the passes
+    come back in order of their start, each non-negative, the outer spanning each inner one."""
+    fn = cd.compile(SAXPY).load().function("saxpy")
+    n, block = 3000, 256
+    grid = (n + block - 1) // block
+    s = cd.Stream()
+    for rep in range(2):
+        x = rng.standard_normal(n).astype(np.float32)
+        y0 = rng.standard_normal(n).astype(np.float32)
+        xb = cd.Buffer.from_numpy(x, stream=s)
+
+        gy = cd.Buffer.from_numpy(y0, stream=s)
+        with s.capture() as g:
+            fn.launch(grid, block, gy, xb, 2.0, n, stream=s)
+        g.launch(stream=s)
+        q = cd.Queue(streams=2)
+        qy = cd.Buffer.from_numpy(y0, stream=s)
+        s.synchronize()
+        q.launch(fn, grid, block, qy, xb, 3.0, n)
+        q.synchronize()
+
+        ts = cd.Timestamps(s)
+        ya = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s)     # poisoned, then y0
+        ya.copy_from(cd.Buffer.from_numpy(y0, stream=s))
+        yb = cd.Buffer.from_numpy(y0, stream=s)
+        pa = fn.bind(grid, block, ya, xb, 0.5, n, stream=s)
+        pb = fn.bind(grid, block, yb, xb, -1.5, n, stream=s)
+        with ts.measure("frame"):
+            with ts.measure("a"):
+                pa.launch()
+            with ts.measure("b"):
+                pb.launch()
+        got = ts.read()
+        assert [label for label, _ in got] == ["frame", "a", "b"]
+        assert all(ms >= 0 for _, ms in got)
+        assert got[0][1] >= max(got[1][1], got[2][1])
+        assert ts.is_idle
+
+        x64, y64 = x.astype(np.float64), y0.astype(np.float64)
+        for buf, a in ((gy, 2.0), (qy, 3.0), (ya, 0.5), (yb, -1.5)):
+            np.testing.assert_allclose(buf.to_numpy(), a * x64 + y64, rtol=1e-6, atol=1e-6, err_msg=f"rep {rep}, a={a}")
+        q.close()
+
+
+def test_a_pass_enter_and_exit_are_made_once_and_refuse_wrong_arguments(ts):
+    p = ts.measure("a")
+    assert p.__enter__ is p.__enter__ and p.__exit__ is ts.measure("b").__exit__    # a `with` makes nothing
+    with pytest.raises(cd.ArgumentTypeError, match=r"__enter__\(\) takes no arguments"):
+        p.__enter__(1)
+    for args, kw in (((None,), {}), ((None, None, None, None), {}), ((None, None, None), {"tb": None})):
+        with pytest.raises(cd.ArgumentTypeError, match=r"__exit__\(exc_type, exc, tb\) takes 3 positional"):
+            p.__exit__(*args, **kw)
+    assert CLOCK.recorded == 0 and ts.is_idle          # nothing was recorded
+    assert p.__enter__() is ts and ts._open[0][0] == "a"
+    assert p.__exit__(None, None, None) is False and ts._open == []
+    gpu_catches_up()
+    assert ts.read() == [("a", 1.0)]
