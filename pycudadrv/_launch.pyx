@@ -182,6 +182,16 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
                             PyObject** items=NULL, Py_ssize_t nitems=0) except? 1:
     cdef pycudadrv_driver_api* d = driver()
     cdef CUresult r
+    if (s._capture is None and _hook is None and not device_updatable and not _release_gil and s._owned
+            and (lc is None or not lc.use_ex) and not _captures):
+        # The common launch: no capture anywhere, no hook, no launch attribute, the GIL held, a
+        # stream of pycudadrv's own (nothing of the general path below applies).
+        r = d.p_cuLaunchKernel(fn._handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem,
+                               s._handle, kp, NULL)
+        if r != CUDA_SUCCESS:
+            raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem,
+                                args if items == NULL else _vec_tuple(items, nitems))
+        return 0
     cdef Capture cap = s._capture
     cdef CUlaunchConfig cfg
     cdef CUlaunchAttribute attrs[_EX_ATTRS]
