@@ -92,6 +92,9 @@ class CFloor:
         lib.floor_launch_loop_dims.argtypes = [P, U, U, U, P, P, I]
         lib.floor_launch_loop_dims.restype = D
         lib.floor_graph_launch_loop.argtypes, lib.floor_graph_launch_loop.restype = [P, P, I], D
+        self.has_ctx_launch_loop = hasattr(lib, "floor_ctx_launch_loop")
+        if self.has_ctx_launch_loop:
+            lib.floor_ctx_launch_loop.argtypes, lib.floor_ctx_launch_loop.restype = [P, P, P, I], D
         # Graph building in C and synchronizing loops (graph_replay.py); bound only
         # when the compiled source has them.
         self.has_graph_capture = hasattr(lib, "floor_graph_capture")
@@ -131,6 +134,12 @@ class CFloor:
         returns the elapsed nanoseconds measured in C."""
         p = None if params is None else params.address
         return self._check(self.lib.floor_launch_loop(func, stream, p, iters), "cuLaunchKernel loop")
+
+    def ctx_launch_loop(self, func: int, stream: int, params: ParamArray | None, iters: int) -> int:
+        """As :meth:`launch_loop`, with a ``cuCtxGetCurrent`` before each launch (the driver call
+        pycudadrv's context check makes per launch); nanoseconds measured in C."""
+        p = None if params is None else params.address
+        return self._check(self.lib.floor_ctx_launch_loop(func, stream, p, iters), "cuCtxGetCurrent+launch loop")
 
     def timed_launch_loop(self, func: int, stream: int, params: ParamArray, start_events: list,
                           end_events: list, iters: int) -> int:

@@ -20,6 +20,7 @@
  *   int         floor_init(const char* libcuda_path);   0, or an error code
  *   const char* floor_init_error(void);                 text for that code
  *   double      floor_launch_loop(void* func, void* stream, void** params, int iters);
+ *   double      floor_ctx_launch_loop(void* func, void* stream, void** params, int iters);
  *   double      floor_timed_launch_loop(void* func, void* stream, void** params, void** start_events,
  *                                       void** end_events, int n_events, int iters);
  *   double      floor_launch_loop_dims(void* func, unsigned int grid_x, unsigned int block_x,
@@ -252,6 +253,30 @@ double floor_timed_launch_loop(void *func, void *stream, void **params, void **s
             return -(double)r;
         if (++k == n_events)
             k = 0;
+    }
+    t1 = now_s();
+    return t1 - t0;
+}
+
+/* As floor_launch_loop, with a cuCtxGetCurrent before each launch: what pycudadrv's Device.activate
+ * asks the driver per launch (so another library's cuCtxSetCurrent is seen). Seconds, or -(CUresult). */
+double floor_ctx_launch_loop(void *func, void *stream, void **params, int iters) {
+    const launch_kernel_t launch = p_launch_kernel;
+    const ctx_get_current_t get_current = p_ctx_get_current;
+    const CUfunction f = (CUfunction)func;
+    const CUstream s = (CUstream)stream;
+    CUcontext cur = NULL;
+    double t0, t1;
+    int i;
+    if (launch == NULL || get_current == NULL)
+        return -(double)CUDA_ERROR_NOT_SUPPORTED;
+    t0 = now_s();
+    for (i = 0; i < iters; ++i) {
+        CUresult r = get_current(&cur);
+        if (r == CUDA_SUCCESS)
+            r = launch(f, 1, 1, 1, 32, 1, 1, 0, s, params, NULL);
+        if (r != CUDA_SUCCESS)
+            return -(double)r;
     }
     t1 = now_s();
     return t1 - t0;

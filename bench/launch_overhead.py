@@ -14,6 +14,10 @@ parameters; what differs is the code between the Python caller and
   in this run with the system compiler and called through ctypes from this
   process (it times itself with CLOCK_MONOTONIC, so the ctypes call is not in
   its figure). It is the cost of the driver call alone.
+* **C floor + cuCtxGetCurrent** -- the same C loop with a ``cuCtxGetCurrent``
+  before each launch: the driver call pycudadrv's per-launch context check
+  (``Device.activate``) makes, priced alone (``c_ctx_check_over_c`` in the
+  summary; compiled sources without it skip the row).
 * **pycudadrv generic** -- ``fn.launch(1, 32, a, b, 0, 1.0, stream=s)``:
   grid/block parsing, checks, marshalling of all four arguments, every call.
 * **pycudadrv prepared** -- ``p = fn.bind(1, 32, a, b, 0, 1.0, stream=s)``
@@ -86,6 +90,7 @@ PREPARED = "pycudadrv prepared"
 PREPARED_REMARSHAL = "pycudadrv prepared, re-marshal"
 PREPARED_GIL = "pycudadrv prepared, GIL released"
 CALL_FLOOR = "Python call floor (no-op C function, same call)"
+CTX_FLOOR = "C floor + cuCtxGetCurrent per launch"
 CB_PREBUILT = "cuda.bindings cuLaunchKernel (prebuilt void**)"
 CB_TUPLE = "cuda.bindings cuLaunchKernel (args tuple)"
 CB_V2 = "cuda.bindings._v2 launch_kernel (prebuilt void**)"
@@ -484,6 +489,12 @@ def main(argv=None) -> int:
         Row(PREPARED, loop_call0(prepared.launch), s.synchronize, target=TARGETS[PREPARED]),
         Row(PREPARED_REMARSHAL, loop_call_args(remarshal, (a, b, 0, 1.0)), s.synchronize),
     ]
+    if getattr(floor, "has_ctx_launch_loop", False):
+        # What the context check of every pycudadrv launch (Device.activate: cuCtxGetCurrent) costs in C.
+        def ctx_run(n):
+            pdev.set_current()
+            return floor.ctx_launch_loop(fn.handle, s.handle, c_params, n)
+        rows.append(Row(CTX_FLOOR, ctx_run, s.synchronize))
     try:
         from pycudadrv._launch import set_release_gil
     except ImportError:
@@ -554,7 +565,8 @@ def main(argv=None) -> int:
         return None if r is None or not r.get("ratio_summary", {}).get("n") else r["ratio_summary"]["median"]
 
     summary = {"prepared_over_c": med(main_rep["rows"], PREPARED), "generic_over_c": med(main_rep["rows"], GENERIC),
-               "cuda_core_over_c": med(main_rep["rows"], CORE), "cupy_over_c": med(main_rep["rows"], CUPY)}
+               "cuda_core_over_c": med(main_rep["rows"], CORE), "cupy_over_c": med(main_rep["rows"], CUPY),
+               "c_ctx_check_over_c": med(main_rep["rows"], CTX_FLOOR)}
     for count, r in params_rep.items():
         summary[f"generic{count}_over_c"] = med(r["rows"], GENERIC)
         summary[f"prepared{count}_over_c"] = med(r["rows"], PREPARED)

@@ -1,4 +1,5 @@
 from libc.stdint cimport uint32_t, uintptr_t
+from cpython.object cimport PyObject
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport Lifetime
 from pycudadrv._kernel cimport KernelBase
@@ -66,9 +67,12 @@ cdef class PreparedLaunch:
 # The one place kernels are launched (cuLaunchKernel, or cuLaunchKernelEx when the
 # configuration has launch attributes or the stream's capture asks for PDL or a
 # device-updatable node). Checks the result, records the launch in the stream's
-# capture and returns the device-updatable node handle (0 unless asked for).
+# capture and returns the device-updatable node handle (0 unless asked for). `args` are the
+# arguments for messages and the capture's record; or, with `items`, items[0:nitems] are (a
+# tuple of them is built only for an error message or a capture).
 cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigned int* block, unsigned int shmem,
-                            Stream s, void** kp, LaunchConfig lc, object args, bint device_updatable) except? 1
+                            Stream s, void** kp, LaunchConfig lc, object args, bint device_updatable,
+                            PyObject** items=*, Py_ssize_t nitems=*) except? 1
 
 # Whether launches release the GIL around the driver call (set_release_gil).
 cdef bint launch_releases_gil() noexcept

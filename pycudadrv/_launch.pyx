@@ -5,6 +5,7 @@ cimport cython
 from libc.stdint cimport uint32_t, uintptr_t
 from libc.stdlib cimport malloc, calloc, free
 from cpython.ref cimport Py_DECREF
+from cpython.object cimport PyObject
 from libc.string cimport memcpy, memset
 
 from pycudadrv._cuda cimport *
@@ -177,9 +178,20 @@ cdef list _dl_owners = dlpack_owners()
 
 
 cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigned int* block, unsigned int shmem,
-                            Stream s, void** kp, LaunchConfig lc, object args, bint device_updatable) except? 1:
+                            Stream s, void** kp, LaunchConfig lc, object args, bint device_updatable,
+                            PyObject** items=NULL, Py_ssize_t nitems=0) except? 1:
     cdef pycudadrv_driver_api* d = driver()
     cdef CUresult r
+    if (s._capture is None and _hook is None and not device_updatable and not _release_gil and s._owned
+            and (lc is None or not lc.use_ex) and not _captures):
+        # The common launch: no capture anywhere, no hook, no launch attribute, the GIL held, a
+        # stream of pycudadrv's own (nothing of the general path below applies).
+        r = d.p_cuLaunchKernel(fn._handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem,
+                               s._handle, kp, NULL)
+        if r != CUDA_SUCCESS:
+            raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem,
+                                args if items == NULL else _vec_tuple(items, nitems))
+        return 0
     cdef Capture cap = s._capture
     cdef CUlaunchConfig cfg
     cdef CUlaunchAttribute attrs[_EX_ATTRS]
@@ -203,12 +215,14 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
             r = d.p_cuLaunchKernel(fn._handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem,
                                    s._handle, kp, NULL)
         if r != CUDA_SUCCESS:
-            raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem, args)
+            raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem,
+                                args if items == NULL else _vec_tuple(items, nitems))
     else:
         dev_at = _fill_ex(&cfg, attrs, grid, block, shmem, lc, s._handle, pdl, device_updatable)
         r = d.p_cuLaunchKernelEx(&cfg, fn._handle, kp, NULL)
         if r != CUDA_SUCCESS:
-            raise _launch_error(r, "cuLaunchKernelEx", fn, grid, block, shmem, args)
+            raise _launch_error(r, "cuLaunchKernelEx", fn, grid, block, shmem,
+                                args if items == NULL else _vec_tuple(items, nitems))
         if dev_at < _EX_ATTRS:
             devnode = <uintptr_t>attrs[dev_at].value.deviceUpdatableKernelNode.devNode
     if not s._owned:
@@ -216,7 +230,8 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
     if tok is not None:
         _hook.after(tok, fn, s, (grid[0], grid[1], grid[2]), (block[0], block[1], block[2]), shmem)
     if cap is not None:
-        cap.on_launch(fn, grid, block, shmem, tuple(args), <CUgraphDeviceNode>devnode)
+        cap.on_launch(fn, grid, block, shmem, tuple(args) if items == NULL else _vec_tuple(items, nitems),
+                      <CUgraphDeviceNode>devnode)
     return devnode
 
 
@@ -396,122 +411,8 @@ cdef class Function(KernelBase):
         """The ``CUfunction`` as an int."""
         return <uintptr_t>self._handle
 
-    def launch(self, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None,
-               bint cooperative=False, cluster=None, bint programmatic_dependent=False):
-        """Launch the kernel (``cuLaunchKernel``; ``cuLaunchKernelEx`` when a
-        launch attribute is asked for, or the stream's capture joins kernels by PDL).
-
-        Parameters
-        ----------
-        grid, block : int or tuple of 1-3 ints
-            Grid size in blocks; block size in threads. Checked against the
-            device (block x/y/z, grid x/y/z, 65,535 in y and z) and the
-            kernel's MAX_THREADS_PER_BLOCK before any driver call.
-        *args
-            One value per kernel parameter: Buffer or view (device pointer),
-            None (null pointer), numpy scalars (bit-for-bit; the width must
-            match), Python int/float/complex/bool (take the parameter's width),
-            bytes-like or structured numpy scalars for structs, any object with
-            ``__cuda_array_interface__`` or ``__dlpack__`` (C-contiguous only).
-        shared_mem_bytes : int
-            Dynamic shared memory per block in bytes. Above the default 48 KB
-            the kernel's max-dynamic-shared-size attribute is raised
-            automatically up to the opt-in limit minus static shared memory.
-        stream : Stream, optional
-            Defaults to the device's default stream (owned, non-blocking).
-        cooperative, cluster, programmatic_dependent
-            Launch attributes (``cuLaunchKernelEx``): cooperative launch,
-            thread-block cluster dimensions, programmatic dependent launch
-            (clusters and PDL need compute capability 9.0+).
-
-        Raises
-        ------
-        ArgumentTypeError
-            Wrong argument count, a value of the wrong kind or width, an
-            integer out of the parameter's range (its width is part of its
-            type), strided memory (message names the kernel, the parameter
-            index, its size and the value).
-        ArgumentValueError
-            Grid/block/shared memory beyond the limits (names the limit).
-        ClosedError
-            A Buffer argument (or the module) was closed.
-        NotSupportedError
-            Clusters or PDL below compute capability 9.0.
-        CudaError
-            The driver rejected the launch (names kernel, grid, block, shared
-            memory and the arguments).
-        """
-        cdef unsigned int g[3]
-        cdef unsigned int b[3]
-        cdef Stream s
-        cdef pycudadrv_arena arena
-        cdef ParamLayout lay = self.layout
-        cdef ParamSpec* specs = lay.specs
-        cdef ParamSpec* inferred = NULL
-        cdef Py_ssize_t k, n = len(args)
-        cdef void** kp
-        cdef LaunchConfig lc = None
-        if self._module_life.ended:
-            self.ensure_loaded()
-        if cooperative or cluster is not None or programmatic_dependent:
-            lc = LaunchConfig(self, grid, block, shared_mem_bytes, cooperative=cooperative, cluster=cluster,
-                              programmatic_dependent=programmatic_dependent)
-            memcpy(g, lc.grid, sizeof(g))
-            memcpy(b, lc.block, sizeof(b))
-        else:
-            launch_dims(grid, g, "grid")
-            launch_dims(block, b, "block")
-            if (g[0] != self._ok_grid[0] or g[1] != self._ok_grid[1] or g[2] != self._ok_grid[2] or
-                    b[0] != self._ok_block[0] or b[1] != self._ok_block[1] or b[2] != self._ok_block[2] or
-                    shared_mem_bytes != self._ok_shmem):
-                validate_config(self, g, b, shared_mem_bytes)
-                memcpy(self._ok_grid, g, sizeof(g))         # the configuration last validated: the next
-                memcpy(self._ok_block, b, sizeof(b))        # identical launch skips the checks
-                self._ok_shmem = shared_mem_bytes
-        if lay.n >= 0 and n != lay.n:
-            raise ArgumentTypeError(f"kernel '{self.name}' takes {lay.n} arguments "
-                                    f"({_signature.format_layout(lay.params)}), {n} given")
-        if stream is None:
-            s = self._default_stream
-            if s is None:
-                s = self._default_stream = <Stream>self.device.default_stream
-        else:
-            s = resolve_stream(stream, self.device)
-        if s._closed:
-            s.ensure_open()
-        if lay.n >= 0 and not _release_gil:
-            # The common case: the layout is known and the GIL is held for the whole launch,
-            # so the function's own arena is safe to reuse; unchanged immutable arguments keep
-            # their bytes.
-            if not self._arena_ready:
-                self._drop_cache()
-                self._keep = <void**>calloc(max(n, 1), sizeof(void*))
-                if self._keep == NULL or (n and pycudadrv_arena_layout(
-                        &self._arena, <const unsigned char*>&lay.specs[0].size, sizeof(ParamSpec), <uint32_t>n) != 0):
-                    raise MemoryError("kernel argument arena")
-                self._nkeep = n
-                self._arena_ready = True
-            kp = marshal_cached(&self._arena, lay, args, self._keep, s)
-            self.device.activate()
-            issue_launch(self, g, b, shared_mem_bytes, s, kp, lc, args, False)
-            if _dl_owners:
-                settle_dlpack_owners(s)     # a DLPack argument's export lives until the kernel has run
-            return
-        pycudadrv_arena_init(&arena)
-        try:
-            if lay.n < 0:
-                specs = inferred = infer_layout(lay, args)
-            kp = marshal(&arena, lay, args, specs, s)
-            for k in range(n):
-                if type(args[k]) is Buffer:
-                    (<Buffer>args[k])._alloc.note_use(s)
-            self.device.activate()
-            issue_launch(self, g, b, shared_mem_bytes, s, kp, lc, args, False)
-            if _dl_owners:
-                settle_dlpack_owners(s)
-        finally:
-            pycudadrv_arena_release(&arena)
-            free(inferred)
+    # launch(grid, block, *args, ...) is _launch_fastcall below, installed as a method descriptor
+    # (METH_FASTCALL): the arguments are read in place from the caller's array, no tuple is built.
 
     def __call__(self, grid, block, *args, **kwargs):
         """Same as :meth:`launch`."""
@@ -560,6 +461,244 @@ cdef class Function(KernelBase):
             return f"<Function '{self.name}', {n} params, not loaded>"
         state = ", module unloaded" if self._module_life is not None and self._module_life.ended else ""
         return f"<Function '{self.name}', {n} params ({self.layout.source}), device {self.device.ordinal}{state}>"
+
+
+
+cdef extern from *:
+    """
+    /* Install `def` as a method descriptor of type `t` (what a `def` in the class body makes,
+       with a C calling convention Cython does not generate for *args: METH_FASTCALL). */
+    static int pycudadrv_install_method(PyObject *t, PyMethodDef *def) {
+        PyObject *d = PyDescr_NewMethod((PyTypeObject *)t, def);
+        int r;
+        if (d == NULL) return -1;
+        r = PyDict_SetItemString(((PyTypeObject *)t)->tp_dict, def->ml_name, d);
+        Py_DECREF(d);
+        PyType_Modified((PyTypeObject *)t);
+        return r;
+    }
+    """
+    ctypedef struct PyMethodDef:
+        const char* ml_name
+        void* ml_meth
+        int ml_flags
+        const char* ml_doc
+    enum:
+        METH_FASTCALL
+        METH_KEYWORDS
+    int pycudadrv_install_method(object t, PyMethodDef* d) except -1
+    PyObject** _seq_items "PySequence_Fast_ITEMS"(object t)       # a tuple's items (borrowed)
+    Py_ssize_t _tuple_size "PyTuple_GET_SIZE"(PyObject* t)
+    PyObject* _tuple_get "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i)
+
+
+cdef tuple _vec_tuple(PyObject** items, Py_ssize_t n):
+    """A tuple of items[0:n] (new references): what the slow paths and the messages take."""
+    return tuple([<object>items[k] for k in range(n)])
+
+
+cdef struct _LaunchKw:
+    unsigned int shared_mem_bytes
+    PyObject* stream
+    PyObject* grid
+    PyObject* block
+    PyObject* cluster
+    bint cooperative
+    bint programmatic_dependent
+    bint attrs                  # cooperative, cluster or programmatic_dependent given
+
+
+cdef int _launch_keywords(Function fn, _LaunchKw* kw, PyObject** values, PyObject* kwnames) except -1:
+    """The keywords of Function.launch (names in `kwnames`, values after the positional ones)."""
+    cdef Py_ssize_t j
+    cdef object key, v
+    for j in range(_tuple_size(kwnames)):
+        key = <object>_tuple_get(kwnames, j)
+        v = <object>values[j]
+        if key == "stream":
+            kw.stream = values[j]
+        elif key == "shared_mem_bytes":
+            kw.shared_mem_bytes = shared_mem_arg(v, f"kernel '{fn.name}'")
+        elif key == "cooperative":
+            kw.cooperative = v
+            kw.attrs = True
+        elif key == "cluster":
+            kw.cluster = values[j]
+            kw.attrs = True
+        elif key == "programmatic_dependent":
+            kw.programmatic_dependent = v
+            kw.attrs = True
+        elif key == "grid" and kw.grid == NULL:
+            kw.grid = values[j]
+        elif key == "block" and kw.block == NULL:
+            kw.block = values[j]
+        elif key == "grid" or key == "block":
+            raise ArgumentTypeError(f"launch() got multiple values for argument '{key}'")
+        else:
+            raise ArgumentTypeError(f"launch() got an unexpected keyword argument '{key}'")
+    return 0
+
+
+cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
+    """Function.launch(grid, block, *args, **keywords) as METH_FASTCALL | METH_KEYWORDS: the
+    kernel's arguments are read from the caller's array in place."""
+    cdef Function fn = <Function>self
+    cdef _LaunchKw kw
+    cdef unsigned int g[3]
+    cdef unsigned int b[3]
+    cdef Stream s
+    cdef ParamLayout lay = fn.layout
+    cdef PyObject** items = argv + 2
+    cdef Py_ssize_t n = nargs - 2
+    cdef void** kp
+    cdef LaunchConfig lc = None
+    kw.shared_mem_bytes = 0
+    kw.stream = kw.cluster = NULL
+    kw.grid = argv[0] if nargs >= 1 else NULL
+    kw.block = argv[1] if nargs >= 2 else NULL
+    kw.cooperative = kw.programmatic_dependent = kw.attrs = False
+    if kwnames != NULL:
+        _launch_keywords(fn, &kw, argv + nargs, kwnames)
+    if kw.grid == NULL or kw.block == NULL:
+        raise ArgumentTypeError(f"launch() takes at least 2 positional arguments ({nargs} given): "
+                                f"fn.launch(grid, block, *args, shared_mem_bytes=0, stream=None, ...)")
+    if n < 0:
+        items, n = argv + nargs, 0          # grid and block given as keywords
+    if fn._module_life.ended:
+        fn.ensure_loaded()
+    if kw.attrs:
+        lc = LaunchConfig(fn, <object>kw.grid, <object>kw.block, kw.shared_mem_bytes, cooperative=kw.cooperative,
+                          cluster=None if kw.cluster == NULL else <object>kw.cluster,
+                          programmatic_dependent=kw.programmatic_dependent)
+        memcpy(g, lc.grid, sizeof(g))
+        memcpy(b, lc.block, sizeof(b))
+    else:
+        launch_dims(<object>kw.grid, g, "grid")
+        launch_dims(<object>kw.block, b, "block")
+        if (g[0] != fn._ok_grid[0] or g[1] != fn._ok_grid[1] or g[2] != fn._ok_grid[2] or
+                b[0] != fn._ok_block[0] or b[1] != fn._ok_block[1] or b[2] != fn._ok_block[2] or
+                kw.shared_mem_bytes != fn._ok_shmem):
+            validate_config(fn, g, b, kw.shared_mem_bytes)
+            memcpy(fn._ok_grid, g, sizeof(g))         # the configuration last validated: the next
+            memcpy(fn._ok_block, b, sizeof(b))        # identical launch skips the checks
+            fn._ok_shmem = kw.shared_mem_bytes
+    if lay.n >= 0 and n != lay.n:
+        raise ArgumentTypeError(f"kernel '{fn.name}' takes {lay.n} arguments "
+                                f"({_signature.format_layout(lay.params)}), {n} given")
+    if kw.stream == NULL or kw.stream == <PyObject*>None:
+        s = fn._default_stream
+        if s is None:
+            s = fn._default_stream = <Stream>fn.device.default_stream
+    else:
+        s = resolve_stream(<object>kw.stream, fn.device)
+    if s._closed:
+        s.ensure_open()
+    if lay.n >= 0 and not _release_gil:
+        # The common case: the layout is known and the GIL is held for the whole launch, so the
+        # function's own arena is safe to reuse; unchanged immutable arguments keep their bytes.
+        if not fn._arena_ready:
+            _ready_arena(fn, n)
+        kp = marshal_cached(&fn._arena, lay, items, n, fn._keep, s)
+        fn.device.activate()
+        issue_launch(fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, False, items, n)
+        if _dl_owners:
+            settle_dlpack_owners(s)     # a DLPack argument's export lives until the kernel has run
+        return None
+    _launch_apart(fn, g, b, kw.shared_mem_bytes, s, lc, _vec_tuple(items, n))
+    return None
+
+
+cdef int _ready_arena(Function fn, Py_ssize_t n) except -1:
+    """Lay the function's own arena out for its parameters (the cache of the generic launch)."""
+    cdef ParamLayout lay = fn.layout
+    fn._drop_cache()
+    fn._keep = <void**>calloc(max(n, 1), sizeof(void*))
+    if fn._keep == NULL or (n and pycudadrv_arena_layout(
+            &fn._arena, <const unsigned char*>&lay.specs[0].size, sizeof(ParamSpec), <uint32_t>n) != 0):
+        raise MemoryError("kernel argument arena")
+    fn._nkeep = n
+    fn._arena_ready = True
+    return 0
+
+
+cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned int shmem, Stream s,
+                       LaunchConfig lc, tuple args) except -1:
+    """A generic launch in an arena of its own: the layout is unknown (sizes from the values),
+    or the GIL is released around the driver call (another thread may use the function's)."""
+    cdef pycudadrv_arena arena
+    cdef ParamLayout lay = fn.layout
+    cdef ParamSpec* specs = lay.specs
+    cdef ParamSpec* inferred = NULL
+    cdef Py_ssize_t k
+    cdef void** kp
+    pycudadrv_arena_init(&arena)
+    try:
+        if lay.n < 0:
+            specs = inferred = infer_layout(lay, args)
+        kp = marshal(&arena, lay, args, specs, s)
+        for k in range(len(args)):
+            if type(args[k]) is Buffer:
+                (<Buffer>args[k])._alloc.note_use(s)
+        fn.device.activate()
+        issue_launch(fn, g, b, shmem, s, kp, lc, args, False)
+        if _dl_owners:
+            settle_dlpack_owners(s)
+    finally:
+        pycudadrv_arena_release(&arena)
+        free(inferred)
+    return 0
+
+
+_LAUNCH_DOC = (Function.__name__ + ".launch(self, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None, "
+               "bool cooperative=False, cluster=None, bool programmatic_dependent=False)\n\n" + """Launch the kernel (``cuLaunchKernel``; ``cuLaunchKernelEx`` when a
+launch attribute is asked for, or the stream's capture joins kernels by PDL).
+
+Parameters
+----------
+grid, block : int or tuple of 1-3 ints
+    Grid size in blocks; block size in threads. Checked against the
+    device (block x/y/z, grid x/y/z, 65,535 in y and z) and the
+    kernel's MAX_THREADS_PER_BLOCK before any driver call.
+*args
+    One value per kernel parameter: Buffer or view (device pointer),
+    None (null pointer), numpy scalars (bit-for-bit; the width must
+    match), Python int/float/complex/bool (take the parameter's width),
+    bytes-like or structured numpy scalars for structs, any object with
+    ``__cuda_array_interface__`` or ``__dlpack__`` (C-contiguous only).
+shared_mem_bytes : int
+    Dynamic shared memory per block in bytes. Above the default 48 KB
+    the kernel's max-dynamic-shared-size attribute is raised
+    automatically up to the opt-in limit minus static shared memory.
+stream : Stream, optional
+    Defaults to the device's default stream (owned, non-blocking).
+cooperative, cluster, programmatic_dependent
+    Launch attributes (``cuLaunchKernelEx``): cooperative launch,
+    thread-block cluster dimensions, programmatic dependent launch
+    (clusters and PDL need compute capability 9.0+).
+
+Raises
+------
+ArgumentTypeError
+    Wrong argument count, a value of the wrong kind or width, an
+    integer out of the parameter's range (its width is part of its
+    type), strided memory (message names the kernel, the parameter
+    index, its size and the value).
+ArgumentValueError
+    Grid/block/shared memory beyond the limits (names the limit).
+ClosedError
+    A Buffer argument (or the module) was closed.
+NotSupportedError
+    Clusters or PDL below compute capability 9.0.
+CudaError
+    The driver rejected the launch (names kernel, grid, block, shared
+    memory and the arguments).
+""").encode()
+cdef PyMethodDef _launch_def
+_launch_def.ml_name = "launch"
+_launch_def.ml_meth = <void*>_launch_fastcall
+_launch_def.ml_flags = METH_FASTCALL | METH_KEYWORDS
+_launch_def.ml_doc = _LAUNCH_DOC
+pycudadrv_install_method(Function, &_launch_def)
 
 
 include "_prepared.pxi"

@@ -216,7 +216,7 @@ cdef class TritonLaunchBase:
         cdef Stream s = plan.s
         if s._closed:
             s.ensure_open()
-        kp = marshal_cached(&plan.arena, fn.layout, args, plan.keep, s, src)
+        kp = marshal_cached(&plan.arena, fn.layout, _seq_items(args), len(args), plan.keep, s, src)
         for k in range(plan.n):
             if self._pflags[k]:
                 slot = pycudadrv_arena_at(&plan.arena, <uint32_t>k)

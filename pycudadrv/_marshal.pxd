@@ -1,10 +1,12 @@
 from libc.stdint cimport uint32_t
+from cpython.object cimport PyObject
 from pycudadrv._cuda cimport *
 from pycudadrv._device cimport Device
 from pycudadrv._stream cimport Stream
 
 cdef extern from "pycudadrv/arena.h" nogil:
     ctypedef struct pycudadrv_arena:
+        void** params            # filled by pycudadrv_arena_layout and pycudadrv_arena_finish
         uint32_t n_params
         uint32_t n_slots
     void pycudadrv_arena_init(pycudadrv_arena* a)
@@ -59,14 +61,15 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
 # Marshal every argument for specs[i] into a freshly initialised arena (for a launch on `s`,
 # as pack_arg); returns the void* array for cuLaunchKernel.
 cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs, Stream s) except NULL
-# Marshal into an arena already laid out for lay.specs, skipping the arguments that are the
-# very immutable scalar object kept in keep[i] (owned references, or NULL; updated here:
-# only scalars are kept, never buffers, so nothing holds memory alive); notes `s` as a user
-# of every Buffer argument. A failure leaves arena and keep consistent with each other.
-# `src` (or NULL: parameter i takes args[i]) maps each parameter to the index of its value in
-# `args`; a negative index gives it None (a null pointer).
-cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, void** keep,
-                           Stream s, const Py_ssize_t* src=*) except NULL
+# Marshal into an arena laid out for lay.specs (pycudadrv_arena_layout), skipping the arguments
+# that are the very immutable scalar object kept in keep[i] (owned references, or NULL; updated
+# here: only scalars are kept, never buffers, so nothing holds memory alive); notes `s` as a user
+# of every Buffer argument. A failure leaves arena and keep consistent with each other. The
+# values are `items[0:nitems]` (borrowed: a vectorcall's argument array or a tuple's items);
+# `src` (or NULL: parameter i takes items[i]) maps each parameter to the index of its value in
+# `items`; a negative index gives it None (a null pointer). Returns the arena's void* array.
+cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, PyObject** items, Py_ssize_t nitems,
+                           void** keep, Stream s, const Py_ssize_t* src=*) except NULL
 # Layout unknown: parameter sizes from the values (malloc'd, the caller frees),
 # checked against the parameter-space limit.
 cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL

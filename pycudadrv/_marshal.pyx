@@ -5,7 +5,7 @@ cimport cython
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t, int64_t, uintptr_t, INT64_MIN
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset, memcmp
-from cpython.object cimport Py_TYPE
+from cpython.object cimport Py_TYPE, PyObject
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_AsUnsignedLongLong
 from cpython.float cimport PyFloat_AS_DOUBLE
@@ -564,7 +564,6 @@ cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSp
 cdef extern from "Python.h":
     ctypedef struct _PyObjectHead "PyObject":
         void* ob_type
-    void* _tuple_item "PyTuple_GET_ITEM"(object t, Py_ssize_t i)      # a borrowed reference
 
 _int_t, _float_t, _bool_t, _bytes_t = int, float, bool, bytes   # the builtin types (kept alive: module globals)
 cdef void* _T_INT = <void*>_int_t
@@ -575,49 +574,57 @@ cdef void* _T_BUFFER = <void*>Buffer
 cdef void* _NONE = <void*>None
 
 
-cdef inline bint _np_type_known(void* t) noexcept:
-    cdef int k
-    for k in range(_n_np):
-        if _np_type[k] == t:
-            return True
-    return False
+cdef inline int _pack_buffer_arg(Buffer b, ParamLayout lay, Py_ssize_t i, unsigned char* dst, Stream s) except -1:
+    """pack_arg's Buffer case for a launch on `s` (closed or foreign: one flag read), and `s` noted
+    as a user of its allocation."""
+    cdef ParamSpec* p = &lay.specs[i]
+    cdef Allocation al = b._alloc
+    if b._closed or al.attention:
+        _buffer_attention(b, lay, i, s)
+    if b.device is not lay.device and lay.device is not None:
+        _check_device(b, lay, i)
+    if p.size == 8 and p.kind != FLOAT and p.kind != BYTES:
+        memcpy(dst, &b._ptr, 8)
+    else:
+        _pack_pointer(b._ptr, lay, i, p, dst, b)
+    if s is not al.stream and s is not al.last_user:
+        al.note_use(s)
+    return 0
 
 
-cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, tuple args, void** keep,
-                           Stream s, const Py_ssize_t* src=NULL) except NULL:
-    cdef Py_ssize_t i, n = len(args) if src == NULL else lay.n
-    cdef void* pa
-    cdef void* t
-    cdef Buffer b
-    cdef Allocation al
-    for i in range(n):
-        if src == NULL:
-            pa = _tuple_item(args, i)
-        elif src[i] >= 0:
-            pa = _tuple_item(args, src[i])
-        else:
-            pa = _NONE
-        t = (<_PyObjectHead*>pa).ob_type
-        if t == _T_BUFFER:
-            b = <Buffer><object>pa
-            pack_arg(b, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i), s)   # open check + 8 bytes
-            al = b._alloc
-            if s is not al.stream and s is not al.last_user:
-                al.note_use(s)
-            if keep[i] != NULL:
-                Py_DECREF(<object>keep[i])
-                keep[i] = NULL
-            continue
-        if keep[i] == pa:
-            continue          # the very same immutable object as last time: its bytes are in place
+cdef int _pack_cached(pycudadrv_arena* arena, ParamLayout lay, Py_ssize_t i, void* pa, void** keep,
+                      Stream s) except -1:
+    """marshal_cached's argument i, not the object kept there: pack it, keep it if immutable."""
+    cdef void* t = (<_PyObjectHead*>pa).ob_type
+    if t == _T_BUFFER:
+        _pack_buffer_arg(<Buffer>pa, lay, i, pycudadrv_arena_at(arena, <uint32_t>i), s)
+    else:
         pack_arg(<object>pa, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i), s)
-        if keep[i] != NULL:
-            Py_DECREF(<object>keep[i])
-            keep[i] = NULL
-        if t == _T_INT or t == _T_FLOAT or t == _T_BOOL or pa == _NONE or t == _T_BYTES or _np_type_known(t):
-            Py_INCREF(<object>pa)
-            keep[i] = pa      # immutable: the next call may skip it (only scalars are kept, never memory)
-    return pycudadrv_arena_finish(arena)
+    if keep[i] != NULL:
+        Py_DECREF(<object>keep[i])
+        keep[i] = NULL
+    if t == _T_BUFFER:
+        return 0
+    if t == _T_INT or t == _T_FLOAT or t == _T_BOOL or pa == _NONE or t == _T_BYTES or _np_index(<object>pa) >= 0:
+        Py_INCREF(<object>pa)
+        keep[i] = pa      # immutable: the next call may skip it (only scalars are kept, never memory)
+    return 0
+
+
+cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, PyObject** items, Py_ssize_t nitems,
+                           void** keep, Stream s, const Py_ssize_t* src=NULL) except NULL:
+    cdef Py_ssize_t i
+    cdef void* pa
+    if src == NULL:
+        for i in range(nitems):
+            if keep[i] != <void*>items[i]:      # else the very same immutable object: its bytes are in place
+                _pack_cached(arena, lay, i, <void*>items[i], keep, s)
+        return arena.params       # laid out (pycudadrv_arena_layout): the pointers are in place
+    for i in range(lay.n):
+        pa = <void*>items[src[i]] if src[i] >= 0 else _NONE
+        if keep[i] != pa:
+            _pack_cached(arena, lay, i, pa, keep, s)
+    return arena.params       # laid out (pycudadrv_arena_layout): the pointers are in place
 
 
 cdef int _check_param_space(ParamLayout lay, ParamSpec* specs, Py_ssize_t n, bint place) except -1:

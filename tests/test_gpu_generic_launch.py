@@ -111,3 +111,139 @@ def test_mixed_scalar_kinds_python_and_numpy_and_a_null_pointer(rng):
             fn.launch(1, 32, out, 128, *args[1:])
         with pytest.raises(cd.ArgumentTypeError, match=r"kernel 'mixed', parameter #9"):
             fn.launch(1, 32, out, *args[:8], 1.5, None)
+
+
+# One parameter of every kind the generic launch packs, each copied byte for byte into `out` at its
+# own offset (the expected bytes are numpy's), plus a Buffer, a view and a null pointer.
+KINDS = [("bool", np.bool_), ("signed char", np.int8), ("unsigned char", np.uint8), ("short", np.int16),
+         ("unsigned short", np.uint16), ("int", np.int32), ("unsigned int", np.uint32), ("long long", np.int64),
+         ("unsigned long long", np.uint64), ("__half", np.float16), ("float", np.float32),
+         ("double", np.float64), ("float2", np.complex64), ("S", np.dtype([("a", np.int8), ("b", np.float64)],
+                                                                          align=True))]
+ECHO_ALL = "#include <cuda_fp16.h>\nstruct S { signed char a; double b; };\n" + (
+    'extern "C" __global__ void echo_all(unsigned char* out, const double* x, const double* xv, const double* nul, '
+    + ", ".join(f"{t} v{k}" for k, (t, _) in enumerate(KINDS)) + ") {\n"
+    "  if (threadIdx.x || blockIdx.x) return;\n  int o = 0;\n"
+    + "".join(f"  for (int k = 0; k < (int)sizeof(v{k}); ++k) out[o++] = ((const unsigned char*)&v{k})[k];\n"
+              for k in range(len(KINDS)))
+    + "  double extra[3] = {x[0], xv[0], nul == 0 ? 1.0 : 0.0};\n"
+    "  for (int k = 0; k < 24; ++k) out[o++] = ((const unsigned char*)extra)[k];\n}\n")
+
+
+def _random_kinds(rng, python_values):
+    """(arguments, expected bytes) for KINDS: numpy scalars of fresh random bits, or, with
+    python_values, the Python int/float/bool/complex the same bits come from where one exists."""
+    args, raw = [], b""
+    for _, t in KINDS:
+        dt = np.dtype(t)
+        if dt.kind == "b":
+            v = np.bool_(rng.integers(0, 2))
+        elif dt.kind == "V":
+            v = np.zeros((), dt)[()]
+            v["a"], v["b"] = int(rng.integers(-128, 128)), float(rng.standard_normal())
+        elif dt.kind == "f":
+            v = dt.type(rng.standard_normal())
+        elif dt.kind == "c":
+            v = dt.type(complex(rng.standard_normal(), rng.standard_normal()))
+        else:
+            v = rng.integers(0, 256, dt.itemsize, dtype=np.uint8).view(dt)[0]
+        raw += np.asarray(v).tobytes()
+        if python_values and dt.kind in "iub":
+            v = v.item()                     # Python int / bool: packed at the parameter's width
+        elif python_values and dt.kind == "f" and dt.itemsize >= 4:
+            v = float(v)                     # exact in the parameter's width
+        args.append(v)
+    return args, raw
+
+
+@pytest.mark.parametrize("python_values", [False, True])
+def test_every_kind_in_one_generic_launch_arrives_bit_for_bit_twice_and_after_bind(python_values, rng):
+    fn = cd.compile(ECHO_ALL).load().function("echo_all")
+    x0 = rng.standard_normal(8)
+    x = cd.Buffer.from_numpy(x0)
+    nbytes = sum(np.dtype(t).itemsize for _, t in KINDS) + 24
+    kept = None
+    for round_ in range(3):
+        args, raw = _random_kinds(rng, python_values)
+        if round_ == 2:                      # the previous call's very objects for half of them
+            args[::2] = kept[0][::2]
+            raw = b"".join(np.asarray(a if not isinstance(a, (int, float, bool)) else
+                                      np.dtype(KINDS[k][1]).type(a)).tobytes()
+                           for k, a in enumerate(args))
+        out = cd.Buffer.from_numpy(np.full(nbytes + 8, 0xAB, np.uint8))
+        fn.launch(1, 32, out, x, x[3:], None, *args)
+        want = raw + np.array([x0[0], x0[3], 1.0]).tobytes()
+        assert out.to_numpy()[:nbytes].tobytes() == want
+        assert out.to_numpy()[nbytes:].tolist() == [0xAB] * 8
+        kept = (args, raw)
+    p = fn.bind(1, 32, out, x, x[3:], None, *kept[0])
+    out.write(np.full(nbytes + 8, 0xAB, np.uint8))
+    p()
+    fn.launch(1, 32, out, x, x[3:], None, *kept[0])     # the generic arena right after the prepared launch
+    assert out.to_numpy()[:nbytes].tobytes() == kept[1] + np.array([x0[0], x0[3], 1.0]).tobytes()
+
+
+COMBINE = r"""
+extern "C" __global__ void combine(float* w, const float* u, const float* v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) w[i] = u[i] * v[i] + u[i];
+}
+"""
+
+
+def test_four_parameters_buffers_views_and_a_changing_int_twice_on_two_streams(rng):
+    fn = cd.compile(COMBINE).load().function("combine")
+    s = cd.Stream()
+    for round_ in range(2):
+        n = int(rng.integers(100, 1000))
+        u0, v0 = rng.standard_normal(n + 7).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+        u, v = cd.Buffer.from_numpy(u0), cd.Buffer.from_numpy(v0)
+        w = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+        want = u0[7:].astype(np.float64) * v0 + u0[7:]
+        fn.launch((n + 127) // 128, 128, w, u[7:], v, n)
+        np.testing.assert_allclose(w.to_numpy(), want, rtol=1e-5, atol=1e-5)
+        w.write(np.full(n, np.nan, np.float32))
+        fn.launch((n + 127) // 128, 128, w, u[7:], v, n - 1, stream=s, shared_mem_bytes=0)
+        s.synchronize()
+        got = w.to_numpy()
+        np.testing.assert_allclose(got[:n - 1], want[:n - 1], rtol=1e-5, atol=1e-5)
+        assert np.isnan(got[n - 1])          # the new int (n - 1) was packed, not the previous call's
+
+
+def test_the_keywords_of_the_generic_launch_and_their_errors():
+    fn = cd.compile(COMBINE).load().function("combine")
+    w = cd.Buffer.from_numpy(np.full(64, np.nan, np.float32))
+    u = cd.Buffer.from_numpy(np.arange(64, dtype=np.float32))
+    with pytest.raises(cd.ArgumentTypeError, match=r"launch\(\) got an unexpected keyword argument 'strm'"):
+        fn.launch(1, 64, w, u, u, 64, strm=None)
+    with pytest.raises(cd.ArgumentTypeError, match=r"takes at least 2 positional arguments \(1 given\)"):
+        fn.launch(1)
+    with pytest.raises(cd.ArgumentTypeError, match=r"takes at least 2 positional arguments \(0 given\)"):
+        fn.launch()
+    with pytest.raises(cd.ArgumentTypeError, match=r"multiple values for argument 'grid'"):
+        fn.launch(1, 64, w, u, u, 64, grid=2)
+    with pytest.raises(cd.ArgumentValueError, match=r"kernel 'combine': shared_mem_bytes must be in \[0, 2\*\*32-1\]"):
+        fn.launch(1, 64, w, u, u, 64, shared_mem_bytes=-1)
+    with pytest.raises(cd.ArgumentTypeError, match=r"kernel 'combine': shared_mem_bytes must be an int of bytes"):
+        fn.launch(1, 64, w, u, u, 64, shared_mem_bytes=1.5)
+    with pytest.raises(cd.ArgumentTypeError, match=r"kernel 'combine' takes 4 arguments .* 3 given"):
+        fn.launch(1, 64, w, u, u)
+    with pytest.raises(cd.ArgumentTypeError, match=r"kernel 'combine', parameter #3 .*got str 'x'"):
+        fn.launch(1, 64, w, u, u, "x")
+    assert np.isnan(w.to_numpy()).all()      # nothing above launched
+    fn.launch(1, 64, w, u, u, 64, stream=cd.Device(0).default_stream, shared_mem_bytes=0, cooperative=False)
+    cd.Device(0).default_stream.synchronize()
+    np.testing.assert_allclose(w.to_numpy(), np.arange(64.0) ** 2 + np.arange(64.0))
+
+
+def test_grid_and_block_by_keyword_as_the_signature_names_them():
+    mod = cd.compile(ZERO).load()
+    fn = mod.function("zero")
+    hits = mod.get_global("hits", np.int32)
+    hits.write(np.zeros(1, np.int32))
+    fn.launch(grid=1, block=32)
+    fn.launch(1, block=32, stream=None)
+    fn.launch(block=(32, 1), grid=(1, 1, 1), shared_mem_bytes=0)
+    assert hits.to_numpy().tolist() == [21]
+    with pytest.raises(cd.ArgumentTypeError, match=r"takes at least 2 positional arguments \(0 given\)"):
+        fn.launch(block=32)

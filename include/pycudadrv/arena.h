@@ -89,7 +89,8 @@ static inline unsigned char *pycudadrv_arena_push(pycudadrv_arena *a, size_t nby
 
 /* Lay out n parameters at once, zeroed: parameter i takes ceil(size_i / 16) slots
  * (at least one). Sizes are read from `first_size` with a byte `stride` (the size
- * field of an array of structs). Replaces whatever was pushed. 0, or -1 on OOM. */
+ * field of an array of structs). Replaces whatever was pushed, and builds the void*
+ * array (a->params) as pycudadrv_arena_finish does. 0, or -1 on OOM. */
 static inline int pycudadrv_arena_layout(pycudadrv_arena *a, const unsigned char *first_size, size_t stride,
                                          uint32_t n) {
     uint32_t total = 0, i, need;
@@ -107,6 +108,7 @@ static inline int pycudadrv_arena_layout(pycudadrv_arena *a, const unsigned char
     }
     a->n_slots = total;
     a->n_params = n;
+    for (i = 0; i < n; ++i) a->params[i] = a->slots[a->index[i]].b;   /* as pycudadrv_arena_finish */
     return 0;
 }
 
