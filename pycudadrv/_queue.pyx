@@ -296,11 +296,8 @@ cdef class QueueCore:
         self._begin()
         for sp, w in access:
             self._add_span(sp, w, False)
-        for x in fresh:           # Buffers (or their allocation streams)
-            if isinstance(x, (self._Buffer, Buffer)):
-                self._sight_buffer(x)
-            else:
-                self._sight(x, 0)
+        for x in fresh:           # Buffers (or allocation streams)
+            self._sight(x, 0) if isinstance(x, (self._Stream, Stream)) else self._sight_buffer(x)
         if reads is not None or writes is not None:
             self._explicit_c(reads, writes, what)
 
@@ -339,7 +336,7 @@ cdef class QueueCore:
         cdef _Lane lane, best
         cdef int k
         cdef long long load, least
-        if self._round_robin:
+        if self._round_robin or self._pool == 1:
             k = self._rr
             self._rr = (k + 1) % self._pool
             return <_Lane>self._lanes[k]
@@ -352,8 +349,8 @@ cdef class QueueCore:
                 lane = <_Lane>self._lanes[k]
                 if in_flight(lane) == 0:
                     return lane
-            if not self._just_retired:
-                self._retire()        # counts of work not seen complete: look at the fronts first
+            if not self._just_retired and self._retire_every - self._countdown >= self._pool:
+                self._retire()        # counts of work not seen complete: look first (at most every `pool` submissions)
         best = <_Lane>self._lanes[0]
         least = in_flight(best) if self._m == 0 else best.load1
         for k in range(1, self._pool):
