@@ -88,6 +88,29 @@ cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long lo
     return 0
 
 
+cdef inline int _drop_finished_readers(_Seg seg) except -1:
+    """Keep the readers of ``seg`` not seen complete, r0 and r1 first."""
+    cdef Submission a = seg.r0, b = seg.r1
+    cdef list more = None
+    if a is not None and a.done:
+        a = None
+    if b is not None and b.done:
+        b = None
+    if seg.rs is not None:
+        more = [r for r in seg.rs if not (<Submission>r).done]
+    if a is None:
+        a, b = b, None
+    if more:
+        if a is None:
+            a = <Submission>more.pop(0)
+        if b is None and more:
+            b = <Submission>more.pop(0)
+    seg.r0 = a
+    seg.r1 = b
+    seg.rs = more if more else None
+    return 0
+
+
 @cython.final
 @cython.auto_pickle(False)
 cdef class _Tracker:
@@ -198,20 +221,12 @@ cdef class _Tracker:
         return 0
 
     cdef int prune(self) except -1:
-        """Drop what only finished submissions touched."""
+        """Drop what only finished submissions touched (a C walk: no list made per segment)."""
         cdef list keep = []
         cdef _Seg seg
-        cdef list live
         for seg in self.segs:
             if seg.r0 is not None:
-                live = [r for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None and not (<Submission>r).done]
-                _clear_readers(seg)
-                if live:
-                    seg.r0 = live[0]
-                    if len(live) > 1:
-                        seg.r1 = live[1]
-                    if len(live) > 2:
-                        seg.rs = live[2:]
+                _drop_finished_readers(seg)
             if (seg.writer is None or seg.writer.done) and seg.r0 is None:
                 continue
             keep.append(seg)
