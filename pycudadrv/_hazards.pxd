@@ -49,6 +49,15 @@ cdef class _Lane:
     cdef Submission dep            # the collection of one submission's dependencies
     cdef long long dep_gen
 
+# A queue's recycled events (timing=False): a stack over a list that never shrinks (a pop and a push
+# per submission, no reallocation of the list each time it empties).
+cdef class _EventPool:
+    cdef list items
+    cdef Py_ssize_t n
+
+cdef int pool_push(_EventPool p, object ev) except -1
+cdef object pool_pop(_EventPool p)            # None when empty
+
 # An allocation stream outside a queue's pool (mostly the device's default stream, where
 # Buffer.from_numpy allocates and uploads): up to which Allocation.serial the allocation work made
 # there is known done (the stream was seen idle) or ordered before a lane (the lane waited for it).
@@ -70,10 +79,10 @@ cdef Py_ssize_t in_flight(_Lane lane)
 # The submissions of `lanes` not seen complete, in issue order.
 cdef list pending_of(list lanes)
 # Mark `lane`'s submissions up to `sub` (seen complete) done, recycling their events into `events`.
-cdef int retire_to(_Lane lane, Submission sub, list events) except -1
+cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1
 # Query each lane (cuEventQuery: its front, then its tail, then halves between) and retire what
 # completed; returns how many submissions were retired.
-cdef Py_ssize_t retire_fronts(list lanes, list events) except -1
+cdef Py_ssize_t retire_fronts(list lanes, _EventPool events) except -1
 # Whether `lane` (an index) already has the allocation work `r.want` asks for behind it.
 cdef bint alloc_ordered(_AllocStream r, int lane)
 cdef int set_alloc_ordered(_AllocStream r, int lane) except -1

@@ -48,3 +48,11 @@ class _Lane:
     def stream(self) -> Any: ...
     @property
     def owned(self) -> bool: ...
+
+@final
+class _EventPool:
+    """A queue's recycled events (internal)."""
+
+@final
+class _AllocStream:
+    """An allocation stream outside a queue's pool (internal)."""

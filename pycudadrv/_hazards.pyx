@@ -212,7 +212,7 @@ cdef list pending_of(list lanes):
     return out
 
 
-cdef int retire_to(_Lane lane, Submission sub, list events) except -1:
+cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1:
     cdef list dq = lane.inflight
     cdef Py_ssize_t h = lane.head
     cdef Submission d
@@ -224,7 +224,7 @@ cdef int retire_to(_Lane lane, Submission sub, list events) except -1:
         h += 1
         d.done = True
         if not d._exposed and d._start is None:
-            events.append(d._event)
+            pool_push(events, d._event)
             d._event = None
     if h == len(dq):
         if h:
@@ -248,7 +248,7 @@ cdef inline int _probe(list lanes, _Lane lane, Py_ssize_t k) except -2:
         raise fault_error(pending_of(lanes), err, "checking which submissions completed") from err
 
 
-cdef Py_ssize_t retire_fronts(list lanes, list events) except -1:
+cdef Py_ssize_t retire_fronts(list lanes, _EventPool events) except -1:
     """Mark the submissions the GPU has finished, recycling their events into ``events``; returns how
     many. A lane's submissions complete in issue order, so its front is asked first (not done: the
     GPU is behind, one query), then its tail (done: all of it, two queries), then halves between.
@@ -291,6 +291,33 @@ cdef Py_ssize_t retire_fronts(list lanes, list events) except -1:
         retired += lo - h + 1
         retire_to(lane, <Submission>lane.inflight[lo], events)
     return retired
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _EventPool:
+    """A queue's recycled events (internal)."""
+
+    def __cinit__(self):
+        self.items = []
+
+
+cdef int pool_push(_EventPool p, object ev) except -1:
+    if p.n < len(p.items):
+        p.items[p.n] = ev
+    else:
+        p.items.append(ev)
+    p.n += 1
+    return 0
+
+
+cdef object pool_pop(_EventPool p):
+    if p.n == 0:
+        return None
+    p.n -= 1
+    ev = p.items[p.n]
+    p.items[p.n] = None
+    return ev
 
 
 # -- allocation streams outside the pool ------------------------------------------------------

@@ -1,5 +1,5 @@
 from libc.stdint cimport uint64_t
-from pycudadrv._hazards cimport Submission, _Lane, DepList, _AllocStream
+from pycudadrv._hazards cimport Submission, _Lane, DepList, _AllocStream, _EventPool
 from pycudadrv._tracker cimport _Tracker
 
 # One byte range [lo, hi) touched by a submission (the Queue's scratch list of them).
@@ -16,7 +16,7 @@ cdef class QueueCore:
     cdef int _rr
     cdef dict _foreign             # stream handle -> _Lane
     cdef set _pool_ids             # id() of the pool streams
-    cdef list _events              # recycled events (timing=False)
+    cdef _EventPool _events         # recycled events (timing=False)
     cdef long long _seq
     cdef long long _gen
     cdef int _m                    # 0 eager, 1 capturing

@@ -18,7 +18,8 @@ from pycudadrv._launch cimport Function, PreparedLaunch
 from pycudadrv._marshal cimport ParamLayout
 from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
-from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL,
+from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, pool_push, pool_pop,
+                                 K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL,
                                  new_lane, in_flight, pending_of, retire_to, retire_fronts, seen, set_seen, forget_seen,
                                  alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
                                  event_done, stream_idle, wait_stream, stream_closed)
@@ -76,7 +77,7 @@ cdef class QueueCore:
         self._round_robin = round_robin
         self._foreign = {}
         self._pool_ids = {id(s) for s in pool}
-        self._events = []
+        self._events = _EventPool()
         self._layouts = {}
         self._fresh = []
         self._alloc_streams = {}
@@ -470,10 +471,10 @@ cdef class QueueCore:
         if timed:
             ev = self._Event(timing=True, device=self._device)
             start = self._Event(timing=True, device=self._device)
-        elif m == 0 and self._events:
-            ev = self._events.pop()
         else:
-            ev = self._Event(timing=False, device=self._device)   # a captured event is never queried or reused
+            ev = pool_pop(self._events) if m == 0 else None    # a captured event is never queried or reused
+            if ev is None:
+                ev = self._Event(timing=False, device=self._device)
         try:
             if start is not None:
                 record_event(start, s)
@@ -486,13 +487,13 @@ cdef class QueueCore:
             record_event(ev, s)
         except CudaError as err:
             if m == 0 and not timed:
-                self._events.append(ev)
+                pool_push(self._events, ev)
             if err.code in ASYNC_ERROR_CODES:
                 raise self._async_error(err, f"issuing {me.label}", me) from err
             raise
         except BaseException:
             if m == 0 and not timed:
-                self._events.append(ev)
+                pool_push(self._events, ev)
             raise
         if m == 1:
             lane.load1 += 1
@@ -667,7 +668,7 @@ cdef class QueueCore:
         for k in range(self._pool):
             (<_Lane>self._lanes[k]).stream.close()
         self._let_go()
-        self._events = []
+        self._events = _EventPool()
         self._t0 = _Tracker()
 
     def stats(self) -> dict:
