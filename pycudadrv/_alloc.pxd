@@ -31,6 +31,9 @@ cdef class Allocation(CaptureWork):
     cdef bint ready_captured         # a graph waits on `ready`: it lives as long as this allocation
     cdef bint read_only              # foreign memory its producer exported read-only (CAI data[1])
     cdef unsigned int usage          # BufferUsages bits given at creation (default: all); views share it
+    # Creation order, process-wide from 1: a Queue that saw `stream` idle after allocation n was made
+    # knows the allocation work of every allocation up to n there is done (one compare, no query).
+    cdef unsigned long long serial
     # Nonzero when a launch must look closer before using the memory: freed, or a producer
     # to order after. One C test on the launch path (Buffer arguments pay nothing else).
     cdef bint attention

@@ -28,6 +28,7 @@ cdef set _pools_configured = set()
 # Creating an Allocation takes this token (allocate() and foreign() pass it).
 cdef object _TOKEN = object()
 cdef unsigned int _ALL_USAGES = ALL_BITS   # an allocation's usage unless its factory is told otherwise
+cdef unsigned long long _serial = 0        # the last Allocation.serial given
 
 
 cdef int _configure_pool(Device dev) except -1:
@@ -46,7 +47,10 @@ cdef int _configure_pool(Device dev) except -1:
 
 
 cdef Allocation _new(Device dev, Stream s, size_t nbytes):
+    global _serial
     cdef Allocation a = Allocation.__new__(Allocation, _TOKEN)
+    _serial += 1
+    a.serial = _serial
     a.device = dev
     a.stream = s
     a.nbytes = nbytes

@@ -49,28 +49,27 @@ cdef class _Lane:
     cdef Submission dep            # the collection of one submission's dependencies
     cdef long long dep_gen
 
-cdef class _Seg:
-    cdef uint64_t lo, hi
-    cdef Submission writer         # the last writer, or None
-    # The latest reader per lane since that write: r0, r1, then the list `rs` (None until a third lane).
-    cdef Submission r0, r1
-    cdef list rs
+# A queue's recycled events (timing=False): a stack over a list that never shrinks (a pop and a push
+# per submission, no reallocation of the list each time it empties).
+cdef class _EventPool:
+    cdef list items
+    cdef Py_ssize_t n
 
-# Disjoint byte ranges of device memory, sorted, each with its last writer and readers since.
-cdef class _Tracker:
-    cdef list segs
-    cdef Py_ssize_t limit
+cdef int pool_push(_EventPool p, object ev) except -1
+cdef object pool_pop(_EventPool p)            # None when empty
 
-    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen)
-    # Hand add_dep what an access of [lo, hi) must wait for; return the pending writer of its
-    # first overlapping segment that has one (or None).
-    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, DepList* deps,
-                            long long gen)
-    cdef int _split(self, uint64_t x) except -1
-    # Record that `sub` reads (or writes) [lo, hi).
-    cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1
-    # Drop what only finished submissions touched.
-    cdef int prune(self) except -1
+# An allocation stream outside a queue's pool (mostly the device's default stream, where
+# Buffer.from_numpy allocates and uploads): up to which Allocation.serial the allocation work made
+# there is known done (the stream was seen idle) or ordered before a lane (the lane waited for it).
+cdef class _AllocStream:
+    cdef object stream
+    cdef unsigned long long idle_upto
+    cdef unsigned long long* upto     # per lane index
+    cdef Py_ssize_t nupto
+    # The submission being collected: the highest serial it uses there, and whether it also uses
+    # memory of unknown creation order (not a pycudadrv Buffer: checked every time).
+    cdef unsigned long long want
+    cdef bint unknown
 
 # The submission being collected (number `gen`) depends on `d`: the latest per lane counts, and each
 # lane with one is listed once in `deps` (its `dep`).
@@ -80,9 +79,13 @@ cdef Py_ssize_t in_flight(_Lane lane)
 # The submissions of `lanes` not seen complete, in issue order.
 cdef list pending_of(list lanes)
 # Mark `lane`'s submissions up to `sub` (seen complete) done, recycling their events into `events`.
-cdef int retire_to(_Lane lane, Submission sub, list events) except -1
-# Query the front of each lane (cuEventQuery) and retire what completed.
-cdef int retire_fronts(list lanes, list events) except -1
+cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1
+# Query each lane (cuEventQuery: its front, then its tail, then halves between) and retire what
+# completed; returns how many submissions were retired.
+cdef Py_ssize_t retire_fronts(list lanes, _EventPool events) except -1
+# Whether `lane` (an index) already has the allocation work `r.want` asks for behind it.
+cdef bint alloc_ordered(_AllocStream r, int lane)
+cdef int set_alloc_ordered(_AllocStream r, int lane) except -1
 # What `lane` (in mode m) already waited for of producer lane `producer`: the highest seq.
 cdef long long seen(_Lane lane, int m, int producer)
 cdef int set_seen(_Lane lane, int m, int producer, long long seq) except -1
@@ -95,3 +98,7 @@ cdef bint event_done(object ev) except -1                   # cuEventQuery (Capt
 cdef bint stream_idle(object st) except -1                  # cuStreamQuery
 cdef int wait_stream(object s, object st) except -1         # s waits for the work queued on st so far
 cdef bint stream_closed(object st) except -1
+# Per parameter of a layout (a list of parameters, or None: unknown) the access byte: 2 written, 1 read, 0 not a pointer.
+cdef object param_modes(object params)
+# fn.launch(grid, block, *args, stream=s, **kw), by vectorcall into Function.launch where it can.
+cdef int call_launch(object fn, object grid, object block, object args, object s, dict kw, dict lane_kw) except -1

@@ -1,5 +1,5 @@
-"""The hazard bookkeeping of pycudadrv.Queue (compiled): the Submission handle, the lanes, the range
-tracker and the driver calls of a submission."""
+"""The hazard bookkeeping of pycudadrv.Queue (compiled): the Submission handle, the lanes, the allocation
+streams outside the pool and the driver calls of a submission."""
 from typing import Any, Generator
 
 from typing_extensions import final
@@ -50,9 +50,9 @@ class _Lane:
     def owned(self) -> bool: ...
 
 @final
-class _Seg: ...
+class _EventPool:
+    """A queue's recycled events (internal)."""
 
 @final
-class _Tracker:
-    def __len__(self) -> int: ...
-    def _dump(self) -> list[tuple[int, int, int | None, list[int]]]: ...
+class _AllocStream:
+    """An allocation stream outside a queue's pool (internal)."""

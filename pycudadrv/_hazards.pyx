@@ -1,12 +1,11 @@
 # cython: language_level=3
 """The hazard bookkeeping of :class:`pycudadrv.Queue` (its core is
-pycudadrv._queue): the :class:`Submission` handle, the lanes (a stream the
-queue issues on, with its work in flight and what it already waited for), the
-range tracker (per byte range of device memory: the last writer and, per
-lane, the latest reader since; a sorted list of disjoint segments, the C twin
-of pycudadrv._ranges.RangeTracker) and the driver calls a submission makes,
-in C for pycudadrv's own Streams and Events and through their Python methods
-for anything else (the CPU tests' pretend GPU)."""
+pycudadrv._queue, its range tracker pycudadrv._tracker): the
+:class:`Submission` handle, the lanes (a stream the queue issues on, with its
+work in flight and what it already waited for), the allocation streams outside
+the pool, and the driver calls a submission makes, in C for pycudadrv's own
+Streams and Events and through their Python methods for anything else (the CPU
+tests' pretend GPU)."""
 cimport cython
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport realloc, free
@@ -15,6 +14,9 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
 from pycudadrv._event cimport Event
+from pycudadrv._launch cimport Function
+from pycudadrv._marshal cimport POINTER
+from cpython.ref cimport PyObject
 
 from pycudadrv._errors import CaptureError, CudaError, StateError
 from pycudadrv._uninit import missing
@@ -210,7 +212,7 @@ cdef list pending_of(list lanes):
     return out
 
 
-cdef int retire_to(_Lane lane, Submission sub, list events) except -1:
+cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1:
     cdef list dq = lane.inflight
     cdef Py_ssize_t h = lane.head
     cdef Submission d
@@ -222,7 +224,7 @@ cdef int retire_to(_Lane lane, Submission sub, list events) except -1:
         h += 1
         d.done = True
         if not d._exposed and d._start is None:
-            events.append(d._event)
+            pool_push(events, d._event)
             d._event = None
     if h == len(dq):
         if h:
@@ -235,35 +237,119 @@ cdef int retire_to(_Lane lane, Submission sub, list events) except -1:
     return 0
 
 
-cdef int retire_fronts(list lanes, list events) except -1:
-    """Mark the submissions the GPU has finished (``cuEventQuery``, front of each lane), recycling their
-    events into ``events``. Nothing while a capture forbids queries; a fault raises CudaError naming the
-    kernel that most likely caused it."""
+cdef inline int _probe(list lanes, _Lane lane, Py_ssize_t k) except -2:
+    """Whether the submission at ``lane.inflight[k]`` completed (1) or not (0) (``cuEventQuery``); -1
+    while a capture on this thread forbids the query. A fault raises CudaError naming its kernel."""
+    try:
+        return 1 if event_done((<Submission>lane.inflight[k])._event) else 0
+    except CaptureError:
+        return -1
+    except CudaError as err:
+        raise fault_error(pending_of(lanes), err, "checking which submissions completed") from err
+
+
+cdef Py_ssize_t retire_fronts(list lanes, _EventPool events) except -1:
+    """Mark the submissions the GPU has finished, recycling their events into ``events``; returns how
+    many. A lane's submissions complete in issue order, so its front is asked first (not done: the
+    GPU is behind, one query), then its tail (done: all of it, two queries), then halves between.
+    Nothing while a capture forbids queries; a fault raises CudaError naming the kernel that most
+    likely caused it."""
     cdef _Lane lane
-    cdef Submission sub
-    cdef list dq
-    cdef Py_ssize_t h
+    cdef Py_ssize_t h, n, lo, hi, mid, retired = 0
+    cdef int r
     cdef bint activated = False
     for lane in lanes:
-        dq = lane.inflight
         h = lane.head
-        while h < len(dq):
-            sub = <Submission>dq[h]
-            if not activated and type(sub._event) is Event:
-                (<Event>sub._event).device.activate()
-                activated = True
-            try:
-                if not event_done(sub._event):
+        n = len(lane.inflight)
+        if h == n:
+            continue
+        if not activated and type((<Submission>lane.inflight[h])._event) is Event:
+            (<Event>(<Submission>lane.inflight[h])._event).device.activate()
+            activated = True
+        r = _probe(lanes, lane, h)
+        if r <= 0:
+            if r < 0:
+                return retired
+            continue
+        lo = h               # done
+        hi = n - 1
+        if hi > lo:
+            r = _probe(lanes, lane, hi)
+            if r < 0:
+                hi = lo
+            elif r:
+                lo = hi
+            while hi - lo > 1:          # lo done, hi not
+                mid = (lo + hi) >> 1
+                r = _probe(lanes, lane, mid)
+                if r < 0:
                     break
-            except CaptureError:      # another capture on this thread forbids queries: try later
-                lane.head = h
-                return 0
-            except CudaError as err:
-                lane.head = h
-                raise fault_error(pending_of(lanes), err, "checking which submissions completed") from err
-            h += 1
-        if h > lane.head:
-            retire_to(lane, <Submission>dq[h - 1], events)
+                if r:
+                    lo = mid
+                else:
+                    hi = mid
+        retired += lo - h + 1
+        retire_to(lane, <Submission>lane.inflight[lo], events)
+    return retired
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _EventPool:
+    """A queue's recycled events (internal)."""
+
+    def __cinit__(self):
+        self.items = []
+
+
+cdef int pool_push(_EventPool p, object ev) except -1:
+    if p.n < len(p.items):
+        p.items[p.n] = ev
+    else:
+        p.items.append(ev)
+    p.n += 1
+    return 0
+
+
+cdef object pool_pop(_EventPool p):
+    if p.n == 0:
+        return None
+    p.n -= 1
+    ev = p.items[p.n]
+    p.items[p.n] = None
+    return ev
+
+
+# -- allocation streams outside the pool ------------------------------------------------------
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _AllocStream:
+    """An allocation stream outside a queue's pool (internal)."""
+
+    def __dealloc__(self):
+        free(self.upto)
+
+
+cdef bint alloc_ordered(_AllocStream r, int lane):
+    if r.unknown:
+        return False
+    return r.want <= r.idle_upto or (lane < r.nupto and r.want <= r.upto[lane])
+
+
+cdef int set_alloc_ordered(_AllocStream r, int lane) except -1:
+    cdef Py_ssize_t want
+    cdef unsigned long long* p
+    if lane >= r.nupto:
+        want = max(lane + 1, 2 * r.nupto, 8)
+        p = <unsigned long long*>realloc(r.upto, want * sizeof(unsigned long long))
+        if p == NULL:
+            raise MemoryError("Queue allocation-stream table")
+        memset(p + r.nupto, 0, (want - r.nupto) * sizeof(unsigned long long))
+        r.upto = p
+        r.nupto = want
+    if r.want > r.upto[lane]:
+        r.upto[lane] = r.want
     return 0
 
 
@@ -301,223 +387,6 @@ cdef int forget_seen(_Lane lane, int m) except -1:
     elif lane.nseen1:
         memset(lane.seen1, 0, lane.nseen1 * sizeof(long long))
     return 0
-
-
-# -- the range tracker --------------------------------------------------------------------------
-
-# Not tracked by the garbage collector: no cycle passes through a segment (Submissions do not reach the tracker).
-@cython.final
-@cython.no_gc
-@cython.auto_pickle(False)
-cdef class _Seg:
-    pass
-
-
-cdef inline _Seg _new_seg(uint64_t lo, uint64_t hi, Submission writer, Submission reader):
-    cdef _Seg s = _Seg.__new__(_Seg)
-    s.lo = lo
-    s.hi = hi
-    s.writer = writer
-    s.r0 = reader
-    return s
-
-
-cdef inline _Seg _copy_seg(_Seg seg, uint64_t lo, uint64_t hi):
-    cdef _Seg s = _new_seg(lo, hi, seg.writer, seg.r0)
-    s.r1 = seg.r1
-    if seg.rs is not None:
-        s.rs = list(seg.rs)
-    return s
-
-
-cdef inline int _clear_readers(_Seg seg) except -1:
-    seg.r0 = None
-    seg.r1 = None
-    seg.rs = None
-    return 0
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef inline Py_ssize_t _bisect(list segs, uint64_t x, bint at):
-    """The number of segments that start before ``x`` (with ``at``: at or before it)."""
-    cdef Py_ssize_t lo = 0, hi = len(segs), mid
-    cdef uint64_t start
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        start = (<_Seg>segs[mid]).lo
-        if start < x or (at and start == x):
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-cdef inline int _add_reader(_Seg seg, Submission sub) except -1:
-    """``sub`` reads the segment: it replaces the reader of its lane, or joins them."""
-    cdef list rs
-    cdef Py_ssize_t k
-    cdef _Lane lane = sub.lane
-    if seg.r0 is None or seg.r0.lane is lane:
-        seg.r0 = sub
-        return 0
-    if seg.r1 is None or seg.r1.lane is lane:
-        seg.r1 = sub
-        return 0
-    rs = seg.rs
-    if rs is None:
-        seg.rs = [sub]
-        return 0
-    for k in range(len(rs)):
-        if (<Submission>rs[k]).lane is lane:
-            rs[k] = sub
-            return 0
-    rs.append(sub)
-    return 0
-
-
-cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long long gen) except -1:
-    if r is not None and not r.done and r is not me:
-        add_dep(deps, gen, r)
-    return 0
-
-
-@cython.final
-@cython.auto_pickle(False)
-cdef class _Tracker:
-    """Disjoint byte ranges ``[lo, hi)`` with the last writer and, per lane, the latest reader since
-    (the C twin of pycudadrv._ranges.RangeTracker, its reference model)."""
-
-    def __cinit__(self):
-        self.segs = []
-        self.limit = 1024
-
-    def __len__(self):
-        return len(self.segs)
-
-    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen):
-        cdef Submission w = seg.writer
-        cdef Submission found = None
-        cdef object r
-        if w is not None and not w.done and w is not me:
-            add_dep(deps, gen, w)
-            found = w
-        if write:
-            _reader_deps(seg.r0, me, deps, gen)
-            _reader_deps(seg.r1, me, deps, gen)
-            if seg.rs is not None:
-                for r in seg.rs:
-                    _reader_deps(<Submission>r, me, deps, gen)
-        return found
-
-    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, DepList* deps,
-                            long long gen):
-        """Hand :func:`add_dep` what an access of ``[lo, hi)`` must wait for; return the pending writer of
-        its first overlapping segment that has one (or None). Changes nothing here."""
-        cdef list segs = self.segs
-        cdef Py_ssize_t i = _bisect(segs, lo, True) - 1, n = len(segs)
-        cdef _Seg seg
-        cdef Submission found = None, f
-        if i >= 0:
-            seg = <_Seg>segs[i]
-            if seg.lo == lo and seg.hi == hi:
-                return self._deps_of(seg, write, me, deps, gen)
-        else:
-            i = 0
-        while i < n:
-            seg = <_Seg>segs[i]
-            if seg.lo >= hi:
-                break
-            if seg.hi > lo:
-                f = self._deps_of(seg, write, me, deps, gen)
-                if found is None:
-                    found = f
-            i += 1
-        return found
-
-    cdef int _split(self, uint64_t x) except -1:
-        cdef list segs = self.segs
-        cdef Py_ssize_t i = _bisect(segs, x, True) - 1
-        cdef _Seg seg
-        if i < 0:
-            return 0
-        seg = <_Seg>segs[i]
-        if seg.lo == x or seg.hi <= x:
-            return 0
-        segs.insert(i + 1, _copy_seg(seg, x, seg.hi))
-        seg.hi = x
-        return 0
-
-    cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1:
-        """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
-        cdef list segs = self.segs
-        cdef Py_ssize_t n = len(segs), i = _bisect(segs, lo, True), j, k
-        cdef _Seg seg
-        cdef uint64_t pos
-        cdef list new
-        if i > 0:
-            seg = <_Seg>segs[i - 1]
-            if seg.lo == lo and seg.hi == hi:       # the same range again (a whole Buffer, mostly)
-                if write:
-                    seg.writer = sub
-                    _clear_readers(seg)
-                else:
-                    _add_reader(seg, sub)
-                return 0
-        if (i == 0 or (<_Seg>segs[i - 1]).hi <= lo) and (i == n or (<_Seg>segs[i]).lo >= hi):
-            # Overlaps nothing tracked: one new segment.
-            segs.insert(i, _new_seg(lo, hi, sub, None) if write else _new_seg(lo, hi, None, sub))
-        else:
-            self._split(lo)
-            self._split(hi)
-            i = _bisect(segs, lo, False)
-            j = _bisect(segs, hi, False)
-            if write:
-                segs[i:j] = [_new_seg(lo, hi, sub, None)]
-            else:
-                new = []
-                pos = lo
-                for k in range(i, j):
-                    seg = <_Seg>segs[k]
-                    if seg.lo > pos:
-                        new.append(_new_seg(pos, seg.lo, None, sub))
-                    _add_reader(seg, sub)
-                    new.append(seg)
-                    pos = seg.hi
-                if pos < hi:
-                    new.append(_new_seg(pos, hi, None, sub))
-                segs[i:j] = new
-        if len(segs) > self.limit:
-            self.prune()
-        return 0
-
-    cdef int prune(self) except -1:
-        """Drop what only finished submissions touched."""
-        cdef list keep = []
-        cdef _Seg seg
-        cdef list live
-        for seg in self.segs:
-            if seg.r0 is not None:
-                live = [r for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None and not (<Submission>r).done]
-                _clear_readers(seg)
-                if live:
-                    seg.r0 = live[0]
-                    if len(live) > 1:
-                        seg.r1 = live[1]
-                    if len(live) > 2:
-                        seg.rs = live[2:]
-            if (seg.writer is None or seg.writer.done) and seg.r0 is None:
-                continue
-            keep.append(seg)
-        self.segs = keep
-        self.limit = max(1024, 2 * len(keep))
-        return 0
-
-    def _dump(self):
-        """``[(lo, hi, writer seq or None, sorted reader seqs)]`` (tests compare it with the reference model)."""
-        cdef _Seg seg
-        return [(seg.lo, seg.hi, None if seg.writer is None else seg.writer.seq,
-                 sorted(r.seq for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None)) for seg in self.segs]
 
 
 # -- the driver calls, C for pycudadrv's own objects --------------------------------------------
@@ -589,6 +458,47 @@ cdef bint stream_closed(object st) except -1:
     if type(st) is Stream:
         return (<Stream>st)._closed
     return bool(st.closed)
+
+
+# Function.launch unbound (no bound method made per submission), and the keyword its stream goes by.
+cdef object _FUNCTION_LAUNCH = Function.launch
+cdef tuple _STREAM_KW = ("stream",)
+
+cdef extern from "Python.h":
+    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf, object kwnames)
+
+cdef enum:
+    _VECTOR_MAX = 64        # launches with more arguments build a tuple instead
+
+
+cdef int call_launch(object fn, object grid, object block, object args, object s, dict kw, dict lane_kw) except -1:
+    """``fn.launch(grid, block, *args, stream=s, **kw)``: a vectorcall straight into the unbound
+    Function.launch (no argument tuple, no keyword dict) in the common case."""
+    cdef PyObject* vec[_VECTOR_MAX + 4]
+    cdef Py_ssize_t k, n = len(args)
+    if type(fn) is Function and not kw and n <= _VECTOR_MAX:
+        vec[0] = <PyObject*>fn
+        vec[1] = <PyObject*>grid
+        vec[2] = <PyObject*>block
+        for k in range(n):
+            vec[3 + k] = <PyObject*>args[k]      # borrowed: `args` (a tuple) holds them
+        vec[3 + n] = <PyObject*>s
+        PyObject_Vectorcall(_FUNCTION_LAUNCH, vec, <size_t>(3 + n), _STREAM_KW)
+        return 0
+    if kw:
+        kw = dict(kw)
+        kw["stream"] = s
+    else:
+        kw = lane_kw
+    fn.launch(grid, block, *args, **kw)
+    return 0
+
+cdef object param_modes(object params):
+    """Per parameter a byte: 2 written (``T*``, or constness unknown), 1 read (``const T*``), 0 not a
+    pointer; None for an unknown layout (None)."""
+    if params is None:
+        return None
+    return bytes([(1 if p.const is True else 2) if p.kind == POINTER else 0 for p in params])
 
 
 def fault_error(list pending, err, str where):

@@ -1,5 +1,6 @@
 from libc.stdint cimport uint64_t
-from pycudadrv._hazards cimport Submission, _Lane, _Tracker, DepList
+from pycudadrv._hazards cimport Submission, _Lane, DepList, _AllocStream, _EventPool
+from pycudadrv._tracker cimport _Tracker
 
 # One byte range [lo, hi) touched by a submission (the Queue's scratch list of them).
 ctypedef struct QueueAccess:
@@ -15,7 +16,7 @@ cdef class QueueCore:
     cdef int _rr
     cdef dict _foreign             # stream handle -> _Lane
     cdef set _pool_ids             # id() of the pool streams
-    cdef list _events              # recycled events (timing=False)
+    cdef _EventPool _events         # recycled events (timing=False)
     cdef long long _seq
     cdef long long _gen
     cdef int _m                    # 0 eager, 1 capturing
@@ -32,19 +33,23 @@ cdef class QueueCore:
     cdef object _Buffer, _Stream, _Event   # the types the queue works with (its module's names at creation)
     cdef QueueAccess* _acc
     cdef Py_ssize_t _nacc, _cacc
-    cdef list _fresh               # allocation streams outside the pool to check, per submission ([:_nfresh])
+    cdef list _fresh               # _AllocStreams the submission uses memory of ([:_nfresh])
     cdef Py_ssize_t _nfresh
+    cdef dict _alloc_streams       # id(stream) -> _AllocStream (allocation streams outside the pool)
     cdef DepList _deps             # lanes with a dependency of the submission being issued
     cdef int _countdown            # submissions until the next full retire check
-    cdef object _memo_stream       # the last allocation stream looked up in the pool, and the answer
-    cdef bint _memo_in_pool
+    cdef int _retire_every         # that interval: 16, doubled (to 256) while retires find nothing done
+    cdef bint _just_retired        # a retire ran during the submission being issued
+    cdef int _qskip, _qback        # dependency queries to skip (backoff after one found it not done)
+    cdef object _memo_stream       # the last allocation stream looked up, and its _AllocStream (None: the pool's)
+    cdef _AllocStream _memo_rec
 
     cdef int _check(self, str name) except -1
     cdef int _let_go(self) except -1
     cdef int _add(self, uint64_t lo, uint64_t hi, bint write, bint override) except -1
     cdef int _add_span(self, object sp, bint write, bint override) except -1
     cdef int _begin(self) except -1
-    cdef int _sight(self, object st) except -1
+    cdef int _sight(self, object st, unsigned long long serial) except -1
     cdef int _sight_buffer(self, object buf) except -1
     cdef object _param_access(self, object fn)
     cdef int _args_access(self, object fn, object args, str verb, str name) except -1

@@ -10,17 +10,18 @@ creation (pycudadrv's own; the CPU tests put pretend ones there): pycudadrv's
 own objects take the C paths (fields read directly, one driver call each),
 anything else is driven through its Python methods."""
 cimport cython
-from cpython.ref cimport PyObject
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport realloc, free
 from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
 from pycudadrv._launch cimport Function, PreparedLaunch
-from pycudadrv._marshal cimport ParamLayout, POINTER
+from pycudadrv._marshal cimport ParamLayout
 from pycudadrv._stream cimport Stream
-from pycudadrv._hazards cimport (Submission, _Lane, _Tracker, K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL,
+from pycudadrv._tracker cimport _Tracker
+from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, pool_push, pool_pop,
+                                 K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL,
                                  new_lane, in_flight, pending_of, retire_to, retire_fronts, seen, set_seen, forget_seen,
-                                 wait_event, record_event,
+                                 alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
                                  event_done, stream_idle, wait_stream, stream_closed)
 
 import numpy as np
@@ -33,42 +34,8 @@ __all__ = ["QueueCore", "ASYNC_ERROR_CODES"]
 # Sticky errors of a kernel that already ran: the next driver call reports them, whatever it is.
 ASYNC_ERROR_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
 _SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview, type(None), str)
-# Function.launch unbound (no bound method made per submission), and the keyword its stream goes by.
-cdef object _FUNCTION_LAUNCH = Function.launch
-cdef tuple _STREAM_KW = ("stream",)
-
-cdef extern from "Python.h":
-    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf, object kwnames)
-
 cdef enum:
-    _VECTOR_MAX = 64        # launches with more arguments build a tuple instead
-
-
-cdef int _call_launch(object fn, object grid, object block, object args, object s, dict kw, dict lane_kw) except -1:
-    """``fn.launch(grid, block, *args, stream=s, **kw)``: a vectorcall straight into the unbound
-    Function.launch (no argument tuple, no keyword dict) in the common case."""
-    cdef PyObject* vec[_VECTOR_MAX + 4]
-    cdef Py_ssize_t k, n = len(args)
-    if type(fn) is Function and not kw and n <= _VECTOR_MAX:
-        vec[0] = <PyObject*>fn
-        vec[1] = <PyObject*>grid
-        vec[2] = <PyObject*>block
-        for k in range(n):
-            vec[3 + k] = <PyObject*>args[k]      # borrowed: `args` (a tuple) holds them
-        vec[3 + n] = <PyObject*>s
-        PyObject_Vectorcall(_FUNCTION_LAUNCH, vec, <size_t>(3 + n), _STREAM_KW)
-        return 0
-    if kw:
-        kw = dict(kw)
-        kw["stream"] = s
-    else:
-        kw = lane_kw
-    fn.launch(grid, block, *args, **kw)
-    return 0
-# A full check of which submissions completed (the front of every lane) at least this often, in
-# submissions; the least-loaded choice checks first too.
-cdef enum:
-    _RETIRE_EVERY = 16
+    _RETIRE_EVERY = 16      # submissions between checks of which completed (more while none did); see _retire
 
 
 # -- the queue's core ---------------------------------------------------------------------------
@@ -110,9 +77,11 @@ cdef class QueueCore:
         self._round_robin = round_robin
         self._foreign = {}
         self._pool_ids = {id(s) for s in pool}
-        self._events = []
+        self._events = _EventPool()
         self._layouts = {}
         self._fresh = []
+        self._alloc_streams = {}
+        self._retire_every = self._countdown = _RETIRE_EVERY
         self._joined = []
         self._Stream = stream_type
         self._Event = event_type
@@ -177,34 +146,53 @@ cdef class QueueCore:
         self._nfresh = 0
         return 0
 
-    cdef int _sight(self, object st) except -1:
-        """Note the allocation stream ``st`` of a Buffer: outside the pool, its queued work (the
-        allocation, an upload by from_numpy) must come first."""
-        cdef bint in_pool
+    cdef int _sight(self, object st, unsigned long long serial) except -1:
+        """Note memory allocated on ``st`` (Allocation.serial ``serial``, 0: unknown): outside the pool,
+        the work queued there for it (the allocation, an upload by from_numpy) must come first."""
+        cdef _AllocStream r
         cdef Py_ssize_t k
         if st is None:
             return 0
         if st is self._memo_stream:
-            in_pool = self._memo_in_pool
+            r = self._memo_rec
         else:
-            in_pool = id(st) in self._pool_ids
-            self._memo_stream = st
-            self._memo_in_pool = in_pool
-        if not in_pool:
-            for k in range(self._nfresh):
-                if self._fresh[k] is st:
-                    return 0
-            if self._nfresh < len(self._fresh):
-                self._fresh[self._nfresh] = st
+            if id(st) in self._pool_ids:
+                r = None
             else:
-                self._fresh.append(st)
+                r = self._alloc_streams.get(id(st))   # it holds `st`: the id is not reused meanwhile
+                if r is None:
+                    if len(self._alloc_streams) >= 64:
+                        self._alloc_streams.clear()   # forgets what was seen: only more queries
+                    r = _AllocStream.__new__(_AllocStream)
+                    r.stream = st
+                    self._alloc_streams[id(st)] = r
+            self._memo_stream = st
+            self._memo_rec = r
+        if r is None:
+            return 0
+        for k in range(self._nfresh):
+            if self._fresh[k] is r:
+                break
+        else:
+            if serial and serial <= r.idle_upto:
+                return 0          # made before the queue saw the stream idle: nothing to check
+            if self._nfresh < len(self._fresh):
+                self._fresh[self._nfresh] = r
+            else:
+                self._fresh.append(r)
             self._nfresh += 1
+            r.want = 0
+            r.unknown = False
+        if serial == 0:
+            r.unknown = True
+        elif serial > r.want:
+            r.want = serial
         return 0
 
     cdef int _sight_buffer(self, object buf) except -1:
         if type(buf) is Buffer:
-            return self._sight((<Buffer>buf)._alloc.stream)
-        return self._sight(buf.stream)
+            return self._sight((<Buffer>buf)._alloc.stream, (<Buffer>buf)._alloc.serial)
+        return self._sight(buf.stream, 0)
 
     cdef object _param_access(self, object fn):
         """Per parameter a byte: 2 written (``T*``, or constness unknown), 1 read (``const T*``), 0 not a
@@ -217,9 +205,7 @@ cdef class QueueCore:
                 return self._last_acc
             hit = self._layouts.get(fn)
             if hit is None or hit[0] is not params:
-                acc = None if params is None else bytes(
-                    [(1 if p.const is True else 2) if p.kind == POINTER else 0 for p in params])
-                hit = self._layouts[fn] = (params, acc)
+                hit = self._layouts[fn] = (params, param_modes(params))
             self._last_fn = fn
             self._last_params = params
             self._last_acc = hit[1]
@@ -228,9 +214,7 @@ cdef class QueueCore:
         hit = self._layouts.get(fn)
         if hit is not None and hit[0] == src:
             return hit[1]
-        layout = fn.param_layout
-        acc = None if layout is None else bytes(
-            [(1 if p.const is True else 2) if p.kind == POINTER else 0 for p in layout])
+        acc = param_modes(fn.param_layout)
         self._layouts[fn] = (src, acc)
         return acc
 
@@ -266,7 +250,7 @@ cdef class QueueCore:
                 if b._nbytes == 0:
                     continue
                 b.ensure_open()
-                self._sight(b._alloc.stream)
+                self._sight(b._alloc.stream, b._alloc.serial)
                 if mode:
                     self._add(b._ptr, b._ptr + b._nbytes, mode == 2, False)
                 continue
@@ -278,7 +262,7 @@ cdef class QueueCore:
                     continue
                 lo = a.ptr
                 sp = (lo, lo + m)
-                self._sight(a.stream)
+                self._sight(a.stream, 0)
             else:
                 try:
                     sp = _span(a, f"Queue.{verb} of kernel '{name}', argument #{k}")
@@ -307,14 +291,14 @@ cdef class QueueCore:
 
     def _access_of(self, list access, list fresh, reads=None, writes=None, what="Queue"):
         """Start a submission's access list from Python: ``access`` of ``((lo, hi), is_write)`` (the same
-        range twice: a write wins), ``fresh`` the allocation streams to check, then ``reads=`` /
+        range twice: a write wins), ``fresh`` the Buffers whose allocation streams to check, then ``reads=`` /
         ``writes=`` (they override)."""
         self._check("submit")
         self._begin()
         for sp, w in access:
             self._add_span(sp, w, False)
-        for st in fresh:
-            self._sight(st)
+        for x in fresh:           # Buffers (or allocation streams)
+            self._sight(x, 0) if isinstance(x, (self._Stream, Stream)) else self._sight_buffer(x)
         if reads is not None or writes is not None:
             self._explicit_c(reads, writes, what)
 
@@ -353,7 +337,7 @@ cdef class QueueCore:
         cdef _Lane lane, best
         cdef int k
         cdef long long load, least
-        if self._round_robin:
+        if self._round_robin or self._pool == 1:
             k = self._rr
             self._rr = (k + 1) % self._pool
             return <_Lane>self._lanes[k]
@@ -366,8 +350,8 @@ cdef class QueueCore:
                 lane = <_Lane>self._lanes[k]
                 if in_flight(lane) == 0:
                     return lane
-            if self._countdown != _RETIRE_EVERY:
-                self._retire()        # counts of work not seen complete: look at the fronts first
+            if not self._just_retired and self._retire_every - self._countdown >= self._pool:
+                self._retire()        # counts of work not seen complete: look first (at most every `pool` submissions)
         best = <_Lane>self._lanes[0]
         least = in_flight(best) if self._m == 0 else best.load1
         for k in range(1, self._pool):
@@ -379,9 +363,19 @@ cdef class QueueCore:
 
     # -- completion ----------------------------------------------------------------------------
     cdef int _retire(self) except -1:
-        """Mark the submissions the GPU has finished (``cuEventQuery``, front of each stream)."""
-        self._countdown = _RETIRE_EVERY
-        return retire_fronts(self._lanes, self._events)
+        """Mark the submissions the GPU has finished (``cuEventQuery``); while that finds none of the work
+        in flight done (the GPU far behind), the periodic check comes half as often (to every 256)."""
+        cdef _Lane lane
+        self._just_retired = True
+        if retire_fronts(self._lanes, self._events):
+            self._retire_every = _RETIRE_EVERY
+        elif self._retire_every < 16 * _RETIRE_EVERY:
+            for lane in self._lanes:
+                if in_flight(lane):
+                    self._retire_every *= 2
+                    break
+        self._countdown = self._retire_every
+        return 0
 
     def _retire_now(self):
         self._retire()
@@ -399,11 +393,13 @@ cdef class QueueCore:
         cdef _Lane lane, dl
         cdef Py_ssize_t a, k
         cdef object s, ev, start = None, st
+        cdef _AllocStream r
         if self._closed:
             raise ClosedError("Queue is closed")
         if timed and m == 1:
             raise CaptureError("timed=True during Queue.capture(): captured work is not run by itself; time the "
                                "graph launch instead (Queue.launch_graph(graph, timed=True))")
+        self._just_retired = False
         if m == 0:
             self._countdown -= 1
             if self._countdown <= 0:
@@ -428,49 +424,62 @@ cdef class QueueCore:
             wait_event(s, self._fork)                  # the stream joins the capture
             lane.joined1 = True
             self._joined.append(lane)
-        for k in range(self._nfresh if m == 0 else 0):
-            st = self._fresh[k]         # memory made on a stream outside the pool: wait for it while it is busy
-            if st is s or stream_closed(st):
-                continue
-            try:
-                if stream_idle(st):
+        try:
+            for k in range(self._nfresh if m == 0 else 0):
+                # Memory made on a stream outside the pool: its allocation work first, checked once.
+                r = <_AllocStream>self._fresh[k]
+                st = r.stream
+                if st is s or alloc_ordered(r, lane.index) or stream_closed(st):
                     continue
-            except CaptureError:          # another capture on this thread forbids the query
-                pass
-            wait_stream(s, st)
-            self.waits += 1
-        for k in range(self._deps.n):
-            dl = <_Lane>self._deps.lanes[k]
-            dep = dl.dep
-            # Done: no wait (choosing the stream may have retired it since it was collected, and
-            # recycled its event).
-            if dl is lane or dep.done or seen(lane, m, dl.index) >= dep.seq:
-                continue
-            if m == 0:      # not seen complete yet: ask once (cuEventQuery) before placing the wait
                 try:
-                    if event_done(dep._event):
-                        retire_to(dl, dep, self._events)
+                    if stream_idle(st):
+                        if r.want > r.idle_upto:
+                            r.idle_upto = r.want
                         continue
-                except CaptureError:
+                except CaptureError:          # another capture on this thread forbids the query
                     pass
-                except CudaError as err:
-                    raise self._async_error(err, f"checking whether {dep.label} completed", me) from err
-            wait_event(s, dep._event)
-            set_seen(lane, m, dl.index, dep.seq)
-            self.waits += 1
+                wait_stream(s, st)
+                set_alloc_ordered(r, lane.index)
+                self.waits += 1
+            for k in range(self._deps.n):
+                dl = <_Lane>self._deps.lanes[k]
+                dep = dl.dep
+                # Done: no wait (choosing the stream may have retired it since it was collected, and
+                # recycled its event).
+                if dl is lane or dep.done or seen(lane, m, dl.index) >= dep.seq:
+                    continue
+                if m == 0 and self._qskip:
+                    self._qskip -= 1      # a recent query found its dependency running: wait, do not ask
+                elif m == 0:              # ask once (cuEventQuery): a finished dependency needs no wait
+                    try:
+                        if event_done(dep._event):
+                            self._qback = 0
+                            retire_to(dl, dep, self._events)
+                            continue
+                        self._qback = min(2 * self._qback + 1, 63)
+                        self._qskip = self._qback
+                    except CaptureError:
+                        pass
+                wait_event(s, dep._event)
+                set_seen(lane, m, dl.index, dep.seq)
+                self.waits += 1
+        except CudaError as err:
+            if err.code in ASYNC_ERROR_CODES:
+                raise self._async_error(err, f"ordering {me.label}", me) from err
+            raise
         me.lane = lane
         if timed:
             ev = self._Event(timing=True, device=self._device)
             start = self._Event(timing=True, device=self._device)
-        elif m == 0 and self._events:
-            ev = self._events.pop()
         else:
-            ev = self._Event(timing=False, device=self._device)   # a captured event is never queried or reused
+            ev = pool_pop(self._events) if m == 0 else None    # a captured event is never queried or reused
+            if ev is None:
+                ev = self._Event(timing=False, device=self._device)
         try:
             if start is not None:
                 record_event(start, s)
             if kind == K_LAUNCH:
-                _call_launch(target, grid, block, args, s, kw, lane.kw)
+                call_launch(target, grid, block, args, s, kw, lane.kw)
             elif kind == K_PREPARED:
                 target.launch_on(s)
             else:
@@ -478,13 +487,13 @@ cdef class QueueCore:
             record_event(ev, s)
         except CudaError as err:
             if m == 0 and not timed:
-                self._events.append(ev)
+                pool_push(self._events, ev)
             if err.code in ASYNC_ERROR_CODES:
                 raise self._async_error(err, f"issuing {me.label}", me) from err
             raise
         except BaseException:
             if m == 0 and not timed:
-                self._events.append(ev)
+                pool_push(self._events, ev)
             raise
         if m == 1:
             lane.load1 += 1
@@ -659,7 +668,7 @@ cdef class QueueCore:
         for k in range(self._pool):
             (<_Lane>self._lanes[k]).stream.close()
         self._let_go()
-        self._events = []
+        self._events = _EventPool()
         self._t0 = _Tracker()
 
     def stats(self) -> dict:

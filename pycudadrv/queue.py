@@ -164,7 +164,7 @@ class Queue(QueueCore):
                                          f"{dst.nbytes}-byte destination")
             self._buffers("Queue.copy dst", (dst, True))
             ptr = dst.ptr
-            self._access_of([((ptr + dst_offset, ptr + dst_offset + n), True)] if n else [], [dst.stream])
+            self._access_of([((ptr + dst_offset, ptr + dst_offset + n), True)] if n else [], [dst])
             return self._issue_call(f"upload of {n} bytes", stream, lambda s: dst.write(src, dst_offset, stream=s),
                                     (src, dst))
         self._buffers("Queue.copy", (src, False), (dst, True))
@@ -175,7 +175,7 @@ class Queue(QueueCore):
                                      "buffer")
         access = [((src.ptr + src_offset, src.ptr + src_offset + n), False),
                   ((dst.ptr + dst_offset, dst.ptr + dst_offset + n), True)] if n else []
-        self._access_of(access, [src.stream, dst.stream])
+        self._access_of(access, [src, dst])
         return self._issue_call(f"copy of {n} bytes", stream,
                                 lambda s: src.copy_to(dst, n, src_offset, dst_offset, stream=s), (src, dst))
 
@@ -231,13 +231,13 @@ class Queue(QueueCore):
             sp = _span(buf, f"{name}, binding #{k}")
             if sp is not None:
                 access.append((sp, w))
-            fresh.append(buf.stream)
+            fresh.append(buf)
             k += 2 if kind == "storage" else 1
         if indirect is not None and isinstance(indirect, Buffer):
             sp = _span(indirect, f"{name}, indirect")
             if sp is not None:
                 access.append((sp, False))
-            fresh.append(indirect.stream)
+            fresh.append(indirect)
         self._access_of(access, fresh, reads, writes, name)
         keep = (dispatch, indirect, *(b for b, _ in bindings))
         return self._issue_call(f"dispatch of '{fn.name}'", dispatch._pass.encoder.stream,
@@ -290,7 +290,7 @@ class Queue(QueueCore):
             if sp is not None:
                 access.append((sp, w))
             if isinstance(x, Buffer):
-                fresh.append(x.stream)
+                fresh.append(x)
         self._access_of(access, fresh)
         return self._issue_call(f"cuDNN matmul {plan.m}x{plan.n}x{plan.k} ({plan.dtype})", stream,
                                 lambda s: plan(a, b, out, stream=s), (plan, a, b, out), True, timed)

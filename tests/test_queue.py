@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ class Sim:
         self.log = []
         self.last = {}          # stream id -> label of the last work queued on it
         self.fault = None       # a CudaError every query and synchronize raises (a poisoned context)
+        self.queries = 0        # event queries asked (cuEventQuery)
 
 
 SIM = Sim()
@@ -91,6 +93,7 @@ class FakeEvent:
         return self
 
     def query(self):
+        SIM.queries += 1
         if SIM.fault is not None:
             raise SIM.fault
         return self.done
@@ -355,6 +358,73 @@ def test_finished_work_is_not_waited_for(fake):
     assert waits(q) == []
 
 
+def test_a_dependency_found_running_makes_the_next_ones_wait_without_asking(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y, u, v, w = buffers(5)
+    q.launch(A, 1, 32, y, x)                         # stream 0
+    q.launch(B, 1, 32, u, y)                         # stream 1: asks about A (running), then waits
+    assert (SIM.queries, waits(q)) == (1, [(1, "A")])
+    q.launch(FakeKernel("E", "float* y, const float* u"), 1, 32, y, u)   # stream 0, after B
+    assert (SIM.queries, waits(q)) == (1, [(1, "A"), (0, "B")])         # waited for B without asking
+
+
+def test_a_finished_dependency_that_is_not_asked_about_is_still_waited_for(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y, u, v = buffers(4)
+    q.launch(A, 1, 32, y, x)                         # stream 0
+    q.launch(B, 1, 32, u, y)                         # stream 1: A found running, waited for
+    complete_all(q)                                  # everything done; the queue has not seen it
+    q.launch(FakeKernel("E", "float* v, const float* u"), 1, 32, v, u)   # stream 0 reads u (B): not asked
+    assert (SIM.queries, waits(q)) == (1, [(1, "A"), (0, "B")])          # so ordered by a wait
+
+
+def test_once_a_dependency_is_found_finished_finished_ones_are_not_waited_for_again(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    x, y, u, v, w = buffers(5)
+    q.launch(A, 1, 32, y, x)                         # stream 0
+    q.launch(B, 1, 32, u, y)                         # stream 1: A running: a wait, the next one not asked
+    q.launch(FakeKernel("E", "float* v, const float* u"), 1, 32, v, u)   # stream 0: waits for B
+    complete_all(q)
+    q.launch(C, 1, 32, x, v)                         # stream 1 reads v (E): asked, finished: no wait
+    complete_all(q)
+    q.launch(FakeKernel("F", "float* w, const float* x"), 1, 32, w, x)   # stream 0 reads x (C): the same
+    assert (SIM.queries, waits(q)) == (3, [(1, "A"), (0, "B")])
+
+
+def test_the_completion_check_asks_a_stream_front_then_tail_then_halves(fake):
+    q = cd.Queue(streams=1)
+    bufs = buffers(40)
+    for k in range(12):
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
+    SIM.queries = 0
+    q._retire_now()                                   # the GPU behind: one query
+    assert (SIM.queries, q.stats()["in_flight"]) == (1, [12])
+    for ev in q.streams[0].events[:5]:                # the first five completed
+        ev.done = True
+    SIM.queries = 0
+    q._retire_now()                                   # front, tail, then halves: 2 + log2(12) at most
+    assert q.stats()["in_flight"] == [7] and SIM.queries <= 6
+    complete_all(q)
+    SIM.queries = 0
+    q._retire_now()                                   # all done: the front and the tail
+    assert (SIM.queries, q.stats()["in_flight"]) == (2, [0])
+
+
+def test_while_nothing_completes_the_completion_check_comes_less_often(fake):
+    q = cd.Queue(streams=1)
+    bufs = buffers(260)
+    for k in range(256):
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
+    assert SIM.queries <= 5                           # one per 16 submissions would be 16
+    complete_all(q)
+    q._retire_now()                                   # finds them done: every 16 submissions again
+    assert q.stats()["in_flight"] == [0]
+    SIM.queries = 0
+    for k in range(16):
+        q.launch(FakeKernel(f"j{k}", "float* y"), 1, 32, bufs[k])
+    assert SIM.queries == 1
+
+
 def test_memory_made_outside_the_pool_waits_for_its_stream_while_that_is_busy(fake):
     q = cd.Queue(streams=2)
     x, y = buffers(2)
@@ -569,6 +639,74 @@ def test_dependencies_that_finished_while_the_stream_was_chosen_need_no_wait(mod
         np.testing.assert_array_equal(got[0], np.full(n, 7.0, np.float32))
         np.testing.assert_array_equal(got[1], np.full(n, 8.0, np.float32))
         np.testing.assert_allclose(got[2], h0 / 2 + 2, rtol=1e-6, atol=1e-6)
+
+
+def _block(stream):
+    """Keep `stream` busy (a host function waiting on a gate) until the returned gate is set."""
+    gate = threading.Event()
+    stream.launch_host_func(gate.wait)
+    return gate
+
+
+@pytest.mark.gpu
+def test_memory_made_outside_the_queue_comes_after_its_stream_and_is_checked_once(mod, rng):
+    # Buffers made on the default stream: a submission using one waits for that stream while it is
+    # busy (cuStreamQuery), once per pool stream; once the queue saw it idle, memory made there
+    # before is not asked about again (one compare per submission, no query).
+    aff = mod.function("affine")
+    n, dev = 256, cd.Device(0)
+    for _ in range(2):
+        q = cd.Queue(streams=3)
+        ys = [q.from_numpy(np.full(n, np.nan, np.float32)) for _ in range(6)]
+        q.synchronize()
+        gate = _block(dev.default_stream)
+        z = cd.Buffer.empty(n, np.float32)               # made on the default stream, and filled there
+        c = float(rng.uniform(1.0, 9.0))
+        z.fill(np.float32(c))                             # runs once the gate opens
+        w0 = q.stats()["waits"]
+        q.launch(aff, 1, 256, ys[0], z, 2.0, 1.0, n, stream=q.streams[0])    # waits for the default stream
+        q.launch(aff, 1, 256, ys[1], z, 3.0, 0.0, n, stream=q.streams[0])    # stream 0 is after it already
+        assert q.stats()["waits"] - w0 == 1
+        q.launch(aff, 1, 256, ys[2], z, -1.0, 0.0, n, stream=q.streams[1])   # stream 1 is not
+        assert q.stats()["waits"] - w0 == 2
+        gate.set()
+        x_h = rng.standard_normal(n).astype(np.float32)
+        x = cd.Buffer.from_numpy(x_h)                     # made after those checks
+        dev.default_stream.synchronize()
+        q.launch(aff, 1, 256, ys[3], x, 2.0, 1.0, n, stream=q.streams[2])    # asked: idle, no wait
+        gate = _block(dev.default_stream)
+        q.launch(aff, 1, 256, ys[4], x, 0.5, 0.0, n, stream=q.streams[0])    # made before it was seen idle
+        q.launch(aff, 1, 256, ys[5], z, 4.0, 0.0, n, stream=q.streams[2])
+        assert q.stats()["waits"] - w0 == 2
+        gate.set()
+        got = [q.read(y) for y in ys]
+        q.close()
+        x64 = x_h.astype(np.float64)
+        for g, want in zip(got, [2 * c + 1, 3 * c, -c, 2 * x64 + 1, 0.5 * x64, 4 * c]):
+            np.testing.assert_allclose(g, np.broadcast_to(want, (n,)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_memory_of_another_queue_comes_after_the_work_queued_on_its_stream(mod, rng):
+    aff = mod.function("affine")
+    n = 256
+    for _ in range(2):
+        q1, q2 = cd.Queue(streams=1), cd.Queue(streams=2)
+        a = q1.from_numpy(rng.standard_normal(n).astype(np.float32))
+        out = q2.from_numpy(np.full(n, np.nan, np.float32))
+        q1.synchronize()
+        q2.synchronize()
+        gate = _block(q1.streams[0])
+        c = float(rng.uniform(1.0, 9.0))
+        q1.fill(a, np.float32(c))                         # queued behind the gate on q1's stream
+        w0 = q2.stats()["waits"]
+        q2.launch(aff, 1, 256, out, a, 2.0, 1.0, n)       # a was made on q1's stream, busy: waits for it
+        assert q2.stats()["waits"] - w0 == 1
+        gate.set()
+        got = q2.read(out)
+        q1.close()
+        q2.close()
+        np.testing.assert_allclose(got, np.full(n, 2 * c + 1), rtol=1e-6)
 
 
 @pytest.mark.gpu

@@ -1,0 +1,25 @@
+from libc.stdint cimport uint64_t
+from pycudadrv._hazards cimport Submission, DepList
+
+cdef class _Seg:
+    cdef uint64_t lo, hi
+    cdef Submission writer         # the last writer, or None
+    # The latest reader per lane since that write: r0, r1, then the list `rs` (None until a third lane).
+    cdef Submission r0, r1
+    cdef list rs
+
+# Disjoint byte ranges of device memory, sorted, each with its last writer and readers since.
+cdef class _Tracker:
+    cdef list segs
+    cdef Py_ssize_t limit
+
+    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen)
+    # Hand add_dep what an access of [lo, hi) must wait for; return the pending writer of its
+    # first overlapping segment that has one (or None).
+    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, DepList* deps,
+                            long long gen)
+    cdef int _split(self, uint64_t x) except -1
+    # Record that `sub` reads (or writes) [lo, hi).
+    cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1
+    # Drop what only finished submissions touched.
+    cdef int prune(self) except -1

@@ -1,0 +1,243 @@
+# cython: language_level=3
+"""The range tracker of :class:`pycudadrv.Queue`: per byte range of device
+memory, the last writer and, per lane, the latest reader since (a sorted list
+of disjoint segments, the C twin of pycudadrv._ranges.RangeTracker, its
+reference model). What an access must wait for goes to
+pycudadrv._hazards.add_dep."""
+cimport cython
+from libc.stdint cimport uint64_t
+from pycudadrv._hazards cimport Submission, _Lane, DepList, add_dep
+
+__all__ = []
+
+
+# Not tracked by the garbage collector: no cycle passes through a segment (Submissions do not reach the tracker).
+@cython.final
+@cython.no_gc
+@cython.auto_pickle(False)
+cdef class _Seg:
+    pass
+
+
+cdef inline _Seg _new_seg(uint64_t lo, uint64_t hi, Submission writer, Submission reader):
+    cdef _Seg s = _Seg.__new__(_Seg)
+    s.lo = lo
+    s.hi = hi
+    s.writer = writer
+    s.r0 = reader
+    return s
+
+
+cdef inline _Seg _copy_seg(_Seg seg, uint64_t lo, uint64_t hi):
+    cdef _Seg s = _new_seg(lo, hi, seg.writer, seg.r0)
+    s.r1 = seg.r1
+    if seg.rs is not None:
+        s.rs = list(seg.rs)
+    return s
+
+
+cdef inline int _clear_readers(_Seg seg) except -1:
+    seg.r0 = None
+    seg.r1 = None
+    seg.rs = None
+    return 0
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline Py_ssize_t _bisect(list segs, uint64_t x, bint at):
+    """The number of segments that start before ``x`` (with ``at``: at or before it)."""
+    cdef Py_ssize_t lo = 0, hi = len(segs), mid
+    cdef uint64_t start
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        start = (<_Seg>segs[mid]).lo
+        if start < x or (at and start == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline int _add_reader(_Seg seg, Submission sub) except -1:
+    """``sub`` reads the segment: it replaces the reader of its lane, or joins them."""
+    cdef list rs
+    cdef Py_ssize_t k
+    cdef _Lane lane = sub.lane
+    if seg.r0 is None or seg.r0.lane is lane:
+        seg.r0 = sub
+        return 0
+    if seg.r1 is None or seg.r1.lane is lane:
+        seg.r1 = sub
+        return 0
+    rs = seg.rs
+    if rs is None:
+        seg.rs = [sub]
+        return 0
+    for k in range(len(rs)):
+        if (<Submission>rs[k]).lane is lane:
+            rs[k] = sub
+            return 0
+    rs.append(sub)
+    return 0
+
+
+cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long long gen) except -1:
+    if r is not None and not r.done and r is not me:
+        add_dep(deps, gen, r)
+    return 0
+
+
+cdef inline int _drop_finished_readers(_Seg seg) except -1:
+    """Keep the readers of ``seg`` not seen complete, r0 and r1 first."""
+    cdef Submission a = seg.r0, b = seg.r1
+    cdef list more = None
+    if a is not None and a.done:
+        a = None
+    if b is not None and b.done:
+        b = None
+    if seg.rs is not None:
+        more = [r for r in seg.rs if not (<Submission>r).done]
+    if a is None:
+        a, b = b, None
+    if more:
+        if a is None:
+            a = <Submission>more.pop(0)
+        if b is None and more:
+            b = <Submission>more.pop(0)
+    seg.r0 = a
+    seg.r1 = b
+    seg.rs = more if more else None
+    return 0
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Tracker:
+    """Disjoint byte ranges ``[lo, hi)`` with the last writer and, per lane, the latest reader since
+    (the C twin of pycudadrv._ranges.RangeTracker, its reference model)."""
+
+    def __cinit__(self):
+        self.segs = []
+        self.limit = 1024
+
+    def __len__(self):
+        return len(self.segs)
+
+    cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen):
+        cdef Submission w = seg.writer
+        cdef Submission found = None
+        cdef object r
+        if w is not None and not w.done and w is not me:
+            add_dep(deps, gen, w)
+            found = w
+        if write:
+            _reader_deps(seg.r0, me, deps, gen)
+            _reader_deps(seg.r1, me, deps, gen)
+            if seg.rs is not None:
+                for r in seg.rs:
+                    _reader_deps(<Submission>r, me, deps, gen)
+        return found
+
+    cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, DepList* deps,
+                            long long gen):
+        """Hand :func:`add_dep` what an access of ``[lo, hi)`` must wait for; return the pending writer of
+        its first overlapping segment that has one (or None). Changes nothing here."""
+        cdef list segs = self.segs
+        cdef Py_ssize_t i = _bisect(segs, lo, True) - 1, n = len(segs)
+        cdef _Seg seg
+        cdef Submission found = None, f
+        if i >= 0:
+            seg = <_Seg>segs[i]
+            if seg.lo == lo and seg.hi == hi:
+                return self._deps_of(seg, write, me, deps, gen)
+        else:
+            i = 0
+        while i < n:
+            seg = <_Seg>segs[i]
+            if seg.lo >= hi:
+                break
+            if seg.hi > lo:
+                f = self._deps_of(seg, write, me, deps, gen)
+                if found is None:
+                    found = f
+            i += 1
+        return found
+
+    cdef int _split(self, uint64_t x) except -1:
+        cdef list segs = self.segs
+        cdef Py_ssize_t i = _bisect(segs, x, True) - 1
+        cdef _Seg seg
+        if i < 0:
+            return 0
+        seg = <_Seg>segs[i]
+        if seg.lo == x or seg.hi <= x:
+            return 0
+        segs.insert(i + 1, _copy_seg(seg, x, seg.hi))
+        seg.hi = x
+        return 0
+
+    cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1:
+        """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
+        cdef list segs = self.segs
+        cdef Py_ssize_t n = len(segs), i = _bisect(segs, lo, True), j, k
+        cdef _Seg seg
+        cdef uint64_t pos
+        cdef list new
+        if i > 0:
+            seg = <_Seg>segs[i - 1]
+            if seg.lo == lo and seg.hi == hi:       # the same range again (a whole Buffer, mostly)
+                if write:
+                    seg.writer = sub
+                    _clear_readers(seg)
+                else:
+                    _add_reader(seg, sub)
+                return 0
+        if (i == 0 or (<_Seg>segs[i - 1]).hi <= lo) and (i == n or (<_Seg>segs[i]).lo >= hi):
+            # Overlaps nothing tracked: one new segment.
+            segs.insert(i, _new_seg(lo, hi, sub, None) if write else _new_seg(lo, hi, None, sub))
+        else:
+            self._split(lo)
+            self._split(hi)
+            i = _bisect(segs, lo, False)
+            j = _bisect(segs, hi, False)
+            if write:
+                segs[i:j] = [_new_seg(lo, hi, sub, None)]
+            else:
+                new = []
+                pos = lo
+                for k in range(i, j):
+                    seg = <_Seg>segs[k]
+                    if seg.lo > pos:
+                        new.append(_new_seg(pos, seg.lo, None, sub))
+                    _add_reader(seg, sub)
+                    new.append(seg)
+                    pos = seg.hi
+                if pos < hi:
+                    new.append(_new_seg(pos, hi, None, sub))
+                segs[i:j] = new
+        if len(segs) > self.limit:
+            self.prune()
+        return 0
+
+    cdef int prune(self) except -1:
+        """Drop what only finished submissions touched (a C walk: no list made per segment)."""
+        cdef list keep = []
+        cdef _Seg seg
+        for seg in self.segs:
+            if seg.r0 is not None:
+                _drop_finished_readers(seg)
+            if (seg.writer is None or seg.writer.done) and seg.r0 is None:
+                continue
+            keep.append(seg)
+        self.segs = keep
+        self.limit = max(1024, 2 * len(keep))
+        return 0
+
+    def _dump(self):
+        """``[(lo, hi, writer seq or None, sorted reader seqs)]`` (tests compare it with the reference model)."""
+        cdef _Seg seg
+        return [(seg.lo, seg.hi, None if seg.writer is None else seg.writer.seq,
+                 sorted(r.seq for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None)) for seg in self.segs]
+
+
