@@ -30,8 +30,14 @@ every row) plus the time from completion to the waiter running again.
   that ``cuEventSynchronize``-s the event (made without blocking sync: the
   driver spin-waits) and writes an eventfd the caller ``poll()``-s.
 
-Samples of all rows are interleaved (one of each in turn, the order
-rotated), ``--samples`` per row and kernel length. CPU per await: the
+Samples are taken in blocks: ``--block`` (20) samples of one row in a row,
+the first ``--block-warmup`` (2) of each block discarded, the rows' blocks
+rotated round by round (the order shifted each round, so drift still
+cancels), until each row has ``--samples`` per kernel length. A user sets
+the completion mode once: ``aio.set_completion`` is called once per block,
+not before every sample (one sample of each row in turn measured each
+mode's first await after every other mode and C floor had run, cold).
+CPU per await: the
 process's CPU time (``time.process_time``, every thread: a waiter thread's
 spinning and the driver's host-function thread count) per sample, and the
 calling thread's (``time.thread_time``).
@@ -44,6 +50,15 @@ the default mode; ``await_<mode>_us_median`` / ``_p99`` / ``_cpu_us`` for
 and ``await_c_waiter_cpu_us``; ``await_over_c_waiter`` (default-mode median
 over the C waiter's median; the target is <= 1.3, with
 ``await_resume_us_p99`` <= 100).
+
+``--breakdown`` (off by default; a C flag, nothing is taken when off):
+per await sample of the channel modes, CLOCK_MONOTONIC stamps of (a) the
+waiter's ``cuEventSynchronize`` (or the host function) returning, (b) the
+eventfd written, (c) the loop's reader entered, (d) the coroutine resumed
+(``pycudadrv._channel.Channel._timestamps``); the medians of ``t0 -> a``
+less the kernel's GPU time (launch and completion detection), ``a -> b``,
+``b -> c``, ``c -> d`` go in ``results[...]["breakdown"]`` and, for the
+default mode at the longest kernel, in ``await_breakdown_*_us`` summary keys.
 
 Output: the table, ``bench/results/await_latency.json`` and ``.png``. Exit 2
 without CUDA or a C compiler.
@@ -81,6 +96,8 @@ MODE_ROWS = {"spin": "await, spin", "blocking": "await, blocking", "host_func": 
 C_ROWS = {"C sync": 0, "C host_func+eventfd": 1, "C waiter+eventfd": 2}     # mode numbers of c_await_floor.c
 ROWS = (SYNC, *MODE_ROWS.values(), *C_ROWS)
 ROW_MODE = {row: mode for mode, row in MODE_ROWS.items()}
+CHANNEL_MODES = ("spin", "blocking", "host_func")     # completions through the channel (--breakdown)
+GAPS = ("launch_to_wait", "wait_to_signal", "signal_to_reader", "reader_to_resume")
 
 
 def p99(v):
@@ -122,14 +139,19 @@ def main(argv=None) -> int:
     ap = new_parser(__doc__)
     ap.add_argument("--samples", type=int, default=300, help="samples per row and kernel length")
     ap.add_argument("--kernel-us", type=float, nargs="+", default=[50.0, 1000.0])
+    ap.add_argument("--block", type=int, default=20, help="samples of one row in a row")
+    ap.add_argument("--block-warmup", type=int, default=2, help="samples discarded at the start of each block")
+    ap.add_argument("--breakdown", action="store_true", help="time stamps of each await's wake-up path")
     add_output_args(ap)
     args = ap.parse_args(argv)
+    if args.block < 1 or not 0 <= args.block_warmup < args.block:
+        ap.error("--block must be >= 1 and --block-warmup in [0, block)")
     b = setup("await_latency", f"{args.samples} samples per row, kernels of "
                                f"{', '.join(f'{k:g}' for k in args.kernel_us)} us")
     if b is None:
         return 2
     cd = b.cd
-    from pycudadrv import aio
+    from pycudadrv import _waiter, aio
     launch_hook()
     try:
         c_await = CAwait()
@@ -143,7 +165,10 @@ def main(argv=None) -> int:
     prev = aio.get_completion()
     default = prev["mode"]
 
-    async def one(row, ns, c_params):
+    breakdown = {} if args.breakdown else None     # (ns, row) -> {gap: [us]}
+    missing = {}                                    # row -> samples whose stamps were incomplete
+
+    async def one(row, ns, c_params, keep=True):
         if row in C_ROWS:
             return c_await.sample(C_ROWS[row], spin.handle, s.handle, c_params, start.handle, end.handle)
         t0 = perf_counter_ns()
@@ -159,7 +184,18 @@ def main(argv=None) -> int:
         t1 = perf_counter_ns()
         c1 = time.thread_time_ns()
         p1 = time.process_time_ns()
-        return (t1 - t0) / 1e3 - cd.Event.elapsed_ms(start, end) * 1e3, (p1 - p0) / 1e3, (c1 - c0) / 1e3
+        gpu_us = cd.Event.elapsed_ms(start, end) * 1e3
+        if keep and breakdown is not None and row in ROW_MODE and ROW_MODE[row] in CHANNEL_MODES:
+            ch = aio._completer(asyncio.get_running_loop()).channel
+            ta, tb, tc = ch._timestamps() if ch is not None else (0, 0, 0)
+            if t0 < ta <= tb and ta <= tc <= t1:     # this sample's wake-up; (d) is t1 (the same clock)
+                gaps = breakdown.setdefault((ns, row), {k: [] for k in GAPS})
+                for key, v in zip(GAPS, ((ta - t0) / 1e3 - gpu_us, (tb - ta) / 1e3, (tc - tb) / 1e3,
+                                         (t1 - tc) / 1e3)):
+                    gaps[key].append(v)
+            else:
+                missing[row] = missing.get(row, 0) + 1
+        return (t1 - t0) / 1e3 - gpu_us, (p1 - p0) / 1e3, (c1 - c0) / 1e3
 
     async def run_all():
         out = {}
@@ -170,26 +206,34 @@ def main(argv=None) -> int:
             res = {row: [] for row in ROWS}
             cpu = {row: [] for row in ROWS}
             tcpu = {row: [] for row in ROWS}
-            for i in range(args.samples + 5):
+            kept = args.block - args.block_warmup
+            for i in range(-(-args.samples // kept)):       # rounds
                 k = i % len(ROWS)
                 for row in ROWS[k:] + ROWS[:k]:
                     if row in ROW_MODE:
-                        aio.set_completion(ROW_MODE[row])
-                    lat, c, tc = await one(row, ns, c_params)
-                    launches += 1
-                    if i >= 5:           # warm-up samples
-                        res[row].append(lat)
-                        cpu[row].append(c)
-                        tcpu[row].append(tc)
+                        aio.set_completion(ROW_MODE[row])      # once per block, as a user sets it once
+                    for j in range(args.block):
+                        lat, c, tc = await one(row, ns, c_params, keep=j >= args.block_warmup)
+                        launches += 1
+                        if j >= args.block_warmup and len(res[row]) < args.samples:
+                            res[row].append(lat)
+                            cpu[row].append(c)
+                            tcpu[row].append(tc)
             out[kus] = (res, cpu, tcpu)
             log(f"  [await] {kus:g} us kernel: " + ", ".join(
                 f"{row} {statistics.median(res[row]):.1f} us" for row in ROWS))
         return out, launches
 
+    if args.breakdown and "CLOCK_MONOTONIC" not in time.get_clock_info("perf_counter").implementation:
+        print("await_latency: --breakdown needs perf_counter on CLOCK_MONOTONIC (the waiter's clock)", file=sys.stderr)
+        return 2
+    prev_timing = _waiter._set_timing(True) if args.breakdown else None
     try:
         results, launches = asyncio.run(run_all())
     finally:
         aio.set_completion(**prev)
+        if prev_timing is not None:
+            _waiter._set_timing(prev_timing)
         c_await.lib.await_stop()
     got = int(flag.to_numpy()[0])
     if got != launches:
@@ -207,6 +251,13 @@ def main(argv=None) -> int:
         for row in ROWS:
             print(f"{kus:>7g}us {row:<22} {statistics.median(res[row]):>9.1f} {p99(res[row]):>9.1f} "
                   f"{statistics.fmean(cpu[row]):>9.1f} {statistics.fmean(tcpu[row]):>9.1f}")
+        if breakdown is not None:
+            report[f"{kus:g}us"]["breakdown"] = bd = {
+                row: {gap: statistics.median(v) for gap, v in gaps.items()} | {"n": len(gaps[GAPS[0]])}
+                for (ns, row), gaps in breakdown.items() if ns == int(kus * 1e3)}
+            for row, med_gaps in bd.items():
+                print(f"{'':>9} {row:<22} breakdown (median us): " +
+                      ", ".join(f"{gap} {med_gaps[gap]:.1f}" for gap in GAPS) + f" (n {med_gaps['n']})")
     longest = max(results)
     res, cpu, tcpu = results[longest]
     med = {row: statistics.median(res[row]) for row in ROWS}
@@ -223,10 +274,14 @@ def main(argv=None) -> int:
         summary.update({f"await_{key}_us_median": med[row], f"await_{key}_us_p99": p99(res[row]),
                         f"await_{key}_cpu_us": mean_cpu[row]})
     summary["await_over_c_waiter"] = med[dflt] / med["C waiter+eventfd"]
+    if breakdown is not None and dflt in report[f"{longest:g}us"]["breakdown"]:
+        summary.update({f"await_breakdown_{gap}_us": v for gap, v in
+                        report[f"{longest:g}us"]["breakdown"][dflt].items() if gap in GAPS})
     print(f"\nsummary ({longest:g} us kernel, default mode {default!r}): " +
           ", ".join(f"{k} = {v:.2f}" for k, v in summary.items()))
     data = {"summary": summary, **b.report_header()}
-    data.update({"samples": args.samples, "kernel_us": args.kernel_us, "default_mode": default,
+    data.update({"samples": args.samples, "block": args.block, "block_warmup": args.block_warmup,
+                 "breakdown_incomplete_samples": missing, "kernel_us": args.kernel_us, "default_mode": default,
                  "completion_settings": prev, "results": report})
     write_report(args.results_dir, "await_latency", data,
                  None if args.no_plot else (lambda path: plot(path, results, b.title)))

@@ -1,20 +1,12 @@
 """The waiter threads of pycudadrv.aio's ``"spin"`` and ``"blocking"`` completion modes."""
-from typing import final
+from typing import Any, final
 
 from pycudadrv._device import Device
 from pycudadrv._stream import EventBase
 
 __all__ = ["Channel", "Waiter", "waiter_for", "stop_all", "error"]
 
-@final
-class Channel:
-    def fileno(self) -> int: ...
-    def take(self) -> list[int | tuple[int, int]]: ...
-    def deliver(self, token: int, status: int = 0) -> None: ...
-    def host_deliver(self, stream: int, token: int) -> None: ...
-    @property
-    def closed(self) -> bool: ...
-    def close(self) -> None: ...
+from pycudadrv._channel import Channel as Channel, _set_timing as _set_timing
 
 @final
 class Waiter:

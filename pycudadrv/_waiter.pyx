@@ -10,12 +10,8 @@ or, for ``"blocking"``, ``cuStreamWaitEvent`` of a private stream on the event, 
 (the thread sleeps in the kernel until the GPU interrupt). With nothing pending the thread sleeps
 on a condition variable.
 
-Each event loop has a :class:`Channel`: a list of finished (token, CUresult) pairs behind a pthread
-mutex and an ``eventfd(2)`` (a self-pipe where there is none) that the loop watches with
-``loop.add_reader``. The waiter appends, and writes the fd only when the list was empty (one
-wake-up per batch); the loop's reader calls :meth:`Channel.take`, which drains the fd and hands
-the list over. A channel is freed when its owner closed it and no pending wait refers to it any
-more (a loop closed with waits pending: their completions are dropped when they arrive).
+Each event loop has a ``pycudadrv._channel.Channel`` (re-exported here): the thread hands each
+finished (token, CUresult) to it, which wakes the loop through an ``eventfd(2)``.
 
 Fork: a thread does not survive ``fork()``; in the child every waiter and channel of the parent is
 forgotten (never touched: its mutex may have been held) and a new thread starts on the first wait.
@@ -24,9 +20,8 @@ that stops within the timeout (one stuck in a wait for a kernel that never ends 
 """
 cimport cython
 from libc.stdint cimport uint64_t, uintptr_t
-from libc.stdlib cimport malloc, realloc, free
+from libc.stdlib cimport malloc, free
 from libc.string cimport memset
-from libc.errno cimport errno
 from posix.unistd cimport getpid
 from posix.types cimport pid_t
 from pycudadrv._cuda cimport *
@@ -34,11 +29,14 @@ from pycudadrv._driver cimport driver, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
 from pycudadrv._stream cimport EventBase
+from pycudadrv._channel cimport (channel_t, Channel, channel_ref, channel_unref, channel_deliver, pthread_mutex_t,
+                                 pthread_mutex_lock, pthread_mutex_unlock)
 
 import atexit
 import os
 from collections import deque
 
+from pycudadrv._channel import _set_timing
 from pycudadrv._errors import ArgumentValueError, ClosedError, StateError
 
 __all__ = ["Channel", "Waiter", "waiter_for", "stop_all", "error"]
@@ -53,13 +51,9 @@ cdef extern from "cuda.h" nogil:
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_t:
         pass
-    ctypedef struct pthread_mutex_t:
-        pass
     ctypedef struct pthread_cond_t:
         pass
     int pthread_mutex_init(pthread_mutex_t*, void*)
-    int pthread_mutex_lock(pthread_mutex_t*)
-    int pthread_mutex_unlock(pthread_mutex_t*)
     int pthread_mutex_destroy(pthread_mutex_t*)
     int pthread_cond_init(pthread_cond_t*, void*)
     int pthread_cond_signal(pthread_cond_t*)
@@ -110,209 +104,8 @@ cdef extern from *:
     void pycudadrv_thread_setup() nogil
 
 
-cdef extern from "pycudadrv/wakefd.h" nogil:
-    int pycudadrv_wakefd_open(int fds[2])
-    void pycudadrv_wakefd_signal(const int fds[2])
-    void pycudadrv_wakefd_drain(const int fds[2])
-    void pycudadrv_wakefd_close(const int fds[2])
-
 
 cdef pid_t _pid = getpid()    # this process (set again in a forked child)
-
-
-# --- a channel: finished waits handed to one event loop ----------------------------------------
-
-ctypedef struct channel_t:
-    pthread_mutex_t mu
-    int fds[2]
-    int refs                 # the Python owner (until close) + one per pending wait
-    int closed               # the owner closed it: completions are dropped
-    pid_t pid                # the process that made it (a forked child never touches it)
-    uint64_t* tokens         # finished waits: token and CUresult, n of cap
-    int* status
-    size_t n, cap
-
-
-cdef inline void channel_ref(channel_t* ch) noexcept nogil:
-    """One more reference: a pending wait or host function that will deliver to it."""
-    pthread_mutex_lock(&ch.mu)
-    ch.refs += 1
-    pthread_mutex_unlock(&ch.mu)
-
-
-cdef void channel_unref(channel_t* ch) noexcept nogil:
-    """Drop one reference (with ch->mu held by the caller, which it releases); free at zero."""
-    ch.refs -= 1
-    cdef int last = ch.refs == 0
-    pthread_mutex_unlock(&ch.mu)
-    if last:
-        pycudadrv_wakefd_close(ch.fds)
-        pthread_mutex_destroy(&ch.mu)
-        free(ch.tokens)
-        free(ch.status)
-        free(ch)
-
-
-cdef void channel_deliver(channel_t* ch, uint64_t token, int status) noexcept nogil:
-    """On the waiter thread: hand (token, status) over and drop the wait's reference."""
-    cdef int wake = 0
-    cdef size_t cap
-    cdef void* p
-    pthread_mutex_lock(&ch.mu)
-    if not ch.closed:
-        if ch.n == ch.cap:
-            cap = ch.cap * 2 if ch.cap else 64
-            p = realloc(ch.tokens, cap * sizeof(uint64_t))
-            if p != NULL:
-                ch.tokens = <uint64_t*>p
-                p = realloc(ch.status, cap * sizeof(int))
-                if p != NULL:
-                    ch.status = <int*>p
-                    ch.cap = cap
-        if ch.n < ch.cap:         # (out of memory: the completion is lost; .result() still works)
-            ch.tokens[ch.n] = token
-            ch.status[ch.n] = status
-            ch.n += 1
-            wake = ch.n == 1      # the list was empty: the loop needs a wake-up
-    if wake:
-        pycudadrv_wakefd_signal(ch.fds)
-    channel_unref(ch)
-
-
-ctypedef struct host_token_t:
-    channel_t* ch            # holds one reference until the host function ran
-    uint64_t token
-
-
-cdef void host_deliver_cb(void* p) noexcept nogil:
-    """A host function (cuLaunchHostFunc) on a driver thread: hand the token over; no GIL, no CUDA."""
-    cdef host_token_t* t = <host_token_t*>p
-    channel_deliver(t.ch, t.token, 0)
-    free(t)
-
-
-@cython.final
-cdef class Channel:
-    """Where the waiter threads hand one event loop its finished waits.
-
-    ``loop.add_reader(ch.fileno(), callback)``; the callback calls :meth:`take`. :meth:`close`
-    when the loop is gone (the descriptor is closed once no pending wait refers to it).
-    Raises StateError (with the errno text of ``eventfd``/``pipe``) when no descriptor can be made."""
-
-    cdef channel_t* _ch
-
-    def __cinit__(self):
-        cdef channel_t* ch = <channel_t*>malloc(sizeof(channel_t))
-        if ch == NULL:
-            raise MemoryError()
-        memset(ch, 0, sizeof(channel_t))
-        if pycudadrv_wakefd_open(ch.fds) != 0:
-            e = errno
-            free(ch)
-            raise StateError(f"pycudadrv.aio: cannot make an eventfd or a pipe for the event loop: {os.strerror(e)}")
-        pthread_mutex_init(&ch.mu, NULL)
-        ch.refs = 1
-        ch.pid = _pid
-        self._ch = ch
-
-    def fileno(self):
-        """The descriptor the loop watches (the eventfd, or the pipe's read end)."""
-        if self._ch == NULL:
-            raise ClosedError("pycudadrv.aio: the completion channel is closed")
-        return self._ch.fds[0]
-
-    def take(self):
-        """Drain the descriptor and return the finished waits since the last call: a list whose
-        items are the token (an int) of a wait that succeeded, or ``(token, CUresult)`` for one
-        whose ``cuEventSynchronize`` (or the blocking path's calls) failed."""
-        cdef channel_t* ch = self._ch
-        cdef uint64_t* tokens
-        cdef int* status
-        cdef size_t n, k
-        if ch == NULL or ch.pid != _pid:
-            return []
-        with nogil:
-            pycudadrv_wakefd_drain(ch.fds)
-            pthread_mutex_lock(&ch.mu)
-            tokens, status, n = ch.tokens, ch.status, ch.n
-            ch.tokens = NULL
-            ch.status = NULL
-            ch.n = ch.cap = 0
-            pthread_mutex_unlock(&ch.mu)
-        out = []
-        try:
-            for k in range(n):
-                if status[k] == 0:
-                    out.append(tokens[k])
-                else:
-                    out.append((tokens[k], status[k]))
-        finally:
-            free(tokens)
-            free(status)
-        return out
-
-    def deliver(self, unsigned long long token, int status=0):
-        """Hand ``token`` (with CUresult ``status``) over from Python, as a
-        finished wait would (what the host function of :meth:`host_deliver`
-        does, for stand-ins of the driver in tests). Raises ClosedError for a
-        closed channel."""
-        cdef channel_t* ch = self._ch
-        if ch == NULL:
-            raise ClosedError("pycudadrv.aio: the completion channel is closed")
-        channel_ref(ch)
-        with nogil:
-            channel_deliver(ch, token, status)
-
-    def host_deliver(self, uintptr_t stream, unsigned long long token):
-        """Enqueue on ``stream`` (a CUstream handle, its context current) a host
-        function (``cuLaunchHostFunc``) that hands ``token`` to this channel once
-        the work queued so far on the stream has finished. The host function is
-        C and never takes the GIL: a driver thread that would wait for the
-        interpreter while the interpreter waits in a driver call for that thread
-        (``cuStreamCreate`` while a host function is running, for one) cannot
-        deadlock. Raises ClosedError for a closed channel, StateError for a
-        channel of the parent process (fork), CudaError from the driver."""
-        cdef channel_t* ch = self._ch
-        cdef host_token_t* t
-        cdef CUresult r
-        if ch == NULL:
-            raise ClosedError("pycudadrv.aio: the completion channel is closed")
-        if ch.pid != _pid:
-            raise StateError("pycudadrv.aio: this channel belongs to the parent process (fork)")
-        t = <host_token_t*>malloc(sizeof(host_token_t))
-        if t == NULL:
-            raise MemoryError()
-        t.ch = ch
-        t.token = token
-        channel_ref(ch)
-        r = driver().p_cuLaunchHostFunc(<CUstream>stream, host_deliver_cb, <void*>t)
-        if r != CUDA_SUCCESS:
-            pthread_mutex_lock(&ch.mu)
-            channel_unref(ch)
-            free(t)
-            raise make_error(r, "cuLaunchHostFunc", "pycudadrv.aio: the completion host function")
-
-    @property
-    def closed(self):
-        return self._ch == NULL
-
-    def close(self):
-        """Stop delivering (what finishes later is dropped); a second close is a no-op."""
-        cdef channel_t* ch = self._ch
-        if ch == NULL:
-            return
-        self._ch = NULL
-        if ch.pid != _pid:
-            return                # the parent's, before a fork: never touched
-        pthread_mutex_lock(&ch.mu)
-        ch.closed = 1
-        channel_unref(ch)
-
-    def __dealloc__(self):
-        self.close()
-
-    def __repr__(self):
-        return "<aio completion channel, closed>" if self._ch == NULL else f"<aio completion channel fd {self._ch.fds[0]}>"
 
 
 # --- a waiter: one thread per device ------------------------------------------------------------
@@ -506,10 +299,10 @@ cdef class Waiter:
                     w.started = 0
                     w.count -= 1
                     rc = -2
-            if rc == 0:
-                pthread_cond_signal(&w.cv)
         done = w.done
         pthread_mutex_unlock(&w.mu)
+        if rc == 0:                           # after the unlock: the woken thread does not block on w.mu
+            pthread_cond_signal(&w.cv)
         # No Python code may run until _held matches the ring again: a release can (an Event's dealloc),
         # and another thread's push would then find this wait missing (or drop a live one's Event).
         held = self._held
@@ -657,5 +450,6 @@ def _forget_after_fork():
     _waiters = {}
 
 
+globals()["Channel"] = Channel    # re-exported (a cimported class makes no module attribute by itself)
 atexit.register(stop_all)
 os.register_at_fork(after_in_child=_forget_after_fork)

@@ -240,12 +240,13 @@ class GpuFuture:
         self._finish(_DONE)
         return True
 
-    def _waited(self, status):
-        """A waiter thread finished its wait for this future's event (on the loop): CUresult ``status``."""
+    def _waited(self, status, loop=None, out=None):
+        """A waiter thread finished its wait for this future's event (the channel's reader, on
+        ``loop``): CUresult ``status``; see ``_finish`` for ``out``."""
         self._waiting -= 1
         if self._state == _PENDING:
             if status == 0:
-                self._finish(_DONE)
+                self._finish(_DONE, loop, out)
                 return
             err = _waiter.error(status, "cuEventSynchronize", f"waiting for {self.label}")
             try:
@@ -263,16 +264,22 @@ class GpuFuture:
             _events.setdefault(self._event.device.ordinal, []).append(self._event)
             self._event = None
 
-    def _finish(self, state):
+    def _finish(self, state, running=None, out=None):
+        """``running``: the loop we are on, if known; ``out``: a list for its awaiting futures (the
+        channel's reader resolves them and steps their tasks at once), else they are resolved here."""
         self._state = state
         waiters, self._waiters = self._waiters, []
-        running = _running_loop() if waiters else None
+        if waiters and running is None:
+            running = _running_loop()
         for fut in waiters:
             if fut.done():
                 continue
             loop = fut.get_loop()
             if loop is running:
-                fut.set_result(None)
+                if out is None:
+                    fut.set_result(None)
+                else:
+                    out.append(fut)
             else:
                 loop.call_soon_threadsafe(_resolve, fut)
         self._keep = None
@@ -406,30 +413,19 @@ class _Completer:
         self.waits[token] = gf
 
     def _channel(self):
-        """This loop's completion channel, made (and watched with ``loop.add_reader``) on first use."""
+        """This loop's completion channel, made (and watched with ``loop.add_reader``, once) on first use;
+        its reader (``Channel.ready``, C) finishes the futures in ``waits``, and calls ``_host_token``."""
         ch = self.channel
         if ch is None:
             ch = _waiter.Channel()
-            self.loop.add_reader(ch.fileno(), self._ready)
+            ch.watch(self.loop, self.waits, self._host_token)
             self.channel = ch
         return ch
 
-    def _ready(self):
-        """The channel's reader: finish the futures whose waits came back or host function ran."""
-        waits = self.waits
-        for item in self.channel.take():
-            if item.__class__ is int:
-                gf = waits.pop(item, None)
-                if gf is not None:
-                    gf._waited(0)
-                    continue
-                gf = self.signaled.pop(item, None)
-                if gf is not None:
-                    self._signaled(gf)
-            else:
-                gf = waits.pop(item[0], None)
-                if gf is not None:
-                    gf._waited(item[1])
+    def _host_token(self, token, status):
+        gf = self.signaled.pop(token, None)
+        if gf is not None:
+            self._signaled(gf)
 
     def _signaled(self, gf):
         """On the loop, after gf's host function ran: finish it and what is before it."""

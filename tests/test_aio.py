@@ -367,6 +367,63 @@ def test_the_waiter_modes_hand_each_armed_event_to_the_waiter_thread(fake):
     assert len({t for t, _ in GPU.waiter.submitted}) == 3          # one token per wait
 
 
+def test_a_task_awaiting_the_waiter_resumes_in_the_loop_iteration_that_reads_the_completion(fake):
+    # The channel's reader steps the awaiting task itself: no second loop iteration (and no second
+    # epoll_wait) between the eventfd becoming readable and the coroutine's next line.
+    if fake not in ("spin", "blocking"):
+        pytest.skip(f"checks the waiter-thread modes (spin, blocking); this run is the {fake!r} mode")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ticks, seen = [0], []
+
+        def tick():                     # runs once per loop iteration
+            ticks[0] += 1
+            loop.call_soon(tick)
+        loop.call_soon(tick)
+        s = FakeStream()
+        for k in range(3):
+            fut = aio.wait(s)
+            if k == 0:                  # the reader registered for the channel: note the iteration it runs in
+                handle = loop._selector.get_key(aio._completer(loop).channel.fileno()).data[0]
+                read = handle._callback
+                handle._callback = lambda: (seen.append(("read", ticks[0])), read())
+            loop.call_later(0.005, complete, fut.event)
+            await fut
+            seen.append(("resumed", ticks[0]))
+        return seen
+    seen = run(main())
+    assert [what for what, _ in seen] == ["read", "resumed"] * 3
+    assert [t for _, t in seen[0::2]] == [t for _, t in seen[1::2]]
+
+
+def test_the_breakdown_stamps_of_a_wake_up_are_taken_only_while_timing_is_on(fake):
+    if fake not in ("spin", "blocking"):
+        pytest.skip(f"checks the waiter-thread modes (spin, blocking); this run is the {fake!r} mode")
+
+    async def one():
+        fut = aio.wait(FakeStream())
+        asyncio.get_running_loop().call_later(0.002, complete, fut.event)
+        t0 = time.monotonic_ns()
+        await fut
+        t1 = time.monotonic_ns()
+        await asyncio.sleep(0.002)      # (the waiter stamps t_signal just after its write woke us)
+        return t0, aio._completer(asyncio.get_running_loop()).channel._timestamps(), t1
+
+    async def main():
+        got = [await one()]
+        prev = _waiter._set_timing(True)
+        try:
+            got += [await one(), await one()]
+        finally:
+            _waiter._set_timing(prev)
+        return prev, got
+    prev, got = run(main())
+    assert prev is False and got[0][1] == (0, 0, 0)
+    for t0, (t_wait, t_signal, t_reader), t1 in got[1:]:
+        assert t0 < t_wait <= t_signal and t_wait <= t_reader <= t1
+
+
 def test_a_future_awaited_by_two_tasks_and_then_again_resolves_all_of_them(fake):
     async def main():
         s = FakeStream()
