@@ -118,9 +118,11 @@ def test_mixed_scalar_kinds_python_and_numpy_and_a_null_pointer(rng):
 KINDS = [("bool", np.bool_), ("signed char", np.int8), ("unsigned char", np.uint8), ("short", np.int16),
          ("unsigned short", np.uint16), ("int", np.int32), ("unsigned int", np.uint32), ("long long", np.int64),
          ("unsigned long long", np.uint64), ("__half", np.float16), ("float", np.float32),
-         ("double", np.float64), ("float2", np.complex64), ("S", np.dtype([("a", np.int8), ("b", np.float64)],
+         ("double", np.float64), ("float2", np.complex64), ("S", np.dtype([("a", np.int32), ("b", np.float32)],
                                                                           align=True))]
-ECHO_ALL = "#include <cuda_fp16.h>\nstruct S { signed char a; double b; };\n" + (
+# S has no padding: a kernel's read of a struct's padding bytes is undefined (on the H200 the fill
+# byte stayed there: the copy of a padding byte was not made), so only bytes of values are compared.
+ECHO_ALL = "#include <cuda_fp16.h>\nstruct S { int a; float b; };\n" + (
     'extern "C" __global__ void echo_all(unsigned char* out, const double* x, const double* xv, const double* nul, '
     + ", ".join(f"{t} v{k}" for k, (t, _) in enumerate(KINDS)) + ") {\n"
     "  if (threadIdx.x || blockIdx.x) return;\n  int o = 0;\n"
@@ -140,7 +142,7 @@ def _random_kinds(rng, python_values):
             v = np.bool_(rng.integers(0, 2))
         elif dt.kind == "V":
             v = np.zeros((), dt)[()]
-            v["a"], v["b"] = int(rng.integers(-128, 128)), float(rng.standard_normal())
+            v["a"], v["b"] = int(rng.integers(-2**31, 2**31)), float(rng.standard_normal())
         elif dt.kind == "f":
             v = dt.type(rng.standard_normal())
         elif dt.kind == "c":
