@@ -88,6 +88,7 @@ _signal_streams: dict = {}  # user stream handle -> private signal Stream (host_
 _misc_signal: dict = {}     # device ordinal -> [Streams] for events of unknown streams, and a turn counter
 _policies: dict = {}        # device ordinal -> DevicePolicy
 _completers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_last_completer = _NO_REF   # a weakref of the completer _completer() returned last
 
 
 def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None, spin_us: float | None = None,
@@ -127,16 +128,12 @@ def get_completion() -> dict:
     return dict(_config)
 
 
-def _asyncio():
-    import asyncio
-    return asyncio
-
-
 def _running_loop():
-    try:
-        return _asyncio().get_running_loop()
-    except RuntimeError:
-        return None
+    """The running asyncio loop of this thread, or None (asyncio's C ``_get_running_loop``, bound once)."""
+    global _running_loop
+    from asyncio.events import _get_running_loop
+    _running_loop = _get_running_loop     # (asyncio is imported at the first use, not at import)
+    return _get_running_loop()
 
 
 def _event(device) -> Event:
@@ -331,7 +328,8 @@ class GpuFuture:
                 try:
                     yield from fut
                 finally:                     # cancelled: a waiting future left here would keep its loop
-                    self._waiters = [w for w in self._waiters if w is not fut]
+                    if self._waiters:        # (resumed: _finish took the list; the fresh one is empty)
+                        self._waiters = [w for w in self._waiters if w is not fut]
         if self._state == _FAILED:
             raise self._error
         return None
@@ -404,7 +402,7 @@ class _Completer:
         ch = self._channel()
         token = next(self.tokens)
         try:
-            _waiter_for(gf._event.device).submit(gf._event, ch, token, blocking)
+            _waiter.waiter_for(gf._event.device).submit(gf._event, ch, token, blocking)
         except Exception as err:     # a closed event, no thread could be started: the awaiting tasks get it
             gf._fail(err)
             return
@@ -467,7 +465,7 @@ class _Completer:
         self._schedule_watchdog()
 
     async def _poll(self):
-        asyncio = _asyncio()
+        import asyncio
         while self.count:
             now = time.perf_counter()
             if self.sweep():
@@ -485,23 +483,24 @@ def _host_deliver(sig, channel, token):
     channel.host_deliver(sig.handle, token)
 
 
-def _waiter_for(device):
-    return _waiter.waiter_for(device)
-
-
 def _forget_after_fork():
     """In a forked child the parent's loops and channels are never touched; a child's loop gets its own."""
-    global _completers
+    global _completers, _last_completer
     _completers = weakref.WeakKeyDictionary()
+    _last_completer = _NO_REF
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _completer(loop) -> _Completer:
-    c = _completers.get(loop)
-    if c is None:
-        c = _completers[loop] = _Completer(loop)
+    global _last_completer
+    c = _last_completer()               # the last loop's (held weakly: a closed loop's goes with it)
+    if c is None or c._loop() is not loop:
+        c = _completers.get(loop)
+        if c is None:
+            c = _completers[loop] = _Completer(loop)
+        _last_completer = weakref.ref(c)
     return c
 
 
