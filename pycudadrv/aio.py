@@ -136,13 +136,6 @@ def _running_loop():
     return _get_running_loop()
 
 
-def _event(device) -> Event:
-    pool = _events.get(device.ordinal)
-    if pool:
-        return pool.pop()
-    return Event(timing=False, device=device)
-
-
 class GpuFuture:
     """GPU work that can be awaited: made by :func:`launch`, :func:`submit`
     and :func:`wait`.
@@ -334,14 +327,24 @@ class GpuFuture:
             raise self._error
         return None
 
-    def __getattr__(self, name):
-        raise missing(self, name, "_state", "aio.launch(...), aio.submit(...) or aio.wait(...)")
+    def __new__(cls, *args, **kw):      # no __getattr__ here: it would slow every attribute read (CPython 3.11)
+        return object.__new__(cls if args or kw else _Unmade)   # GpuFuture.__new__(GpuFuture): no __init__ follows
 
     def __repr__(self):
         if not initialised(self, "_state"):
             return "<GpuFuture not initialised (made by GpuFuture.__new__)>"
         state = ("pending", "done", "failed", "deferred (lazy, not submitted)")[self._state]
         return f"<GpuFuture {self.label}, {state}>"
+
+
+class _Unmade(GpuFuture):
+    __slots__ = ()
+
+    def __getattr__(self, name):
+        raise missing(self, name, "_state", "aio.launch(...), aio.submit(...) or aio.wait(...)")
+
+
+_Unmade.__name__ = _Unmade.__qualname__ = "GpuFuture"
 
 
 def _resolve(fut):
@@ -524,7 +527,9 @@ def _as_stream(stream, device) -> Stream:
 
 def _recorded_event(label, stream) -> Event:
     """A pooled event recorded now on ``stream``, after the work of ``label``."""
-    ev = _event(stream.device)
+    device = stream.device
+    pool = _events.get(device.ordinal)
+    ev = pool.pop() if pool else Event(timing=False, device=device)
     try:
         ev.record(stream)
     except CudaError as err:    # a fault already: of this work or of earlier work on the device
