@@ -35,23 +35,18 @@ Nothing blocks a thread per pending future. Completion comes one of four ways
   ``asyncio.sleep(0)`` for ``spin_us`` after the last completion, then every
   ``interval_ms``.
 
-``bench/await_latency.py`` measures every mode (median and p99 of completion to
-resumption, CPU per await) against a blocking ``synchronize()`` and C floors.
+``bench/await_latency.py`` measures every mode (median and p99 of completion to resumption, CPU per await)
+against a blocking ``synchronize()`` and C floors.
 
-Lazy futures: ``launch(..., lazy=True)`` and ``submit(..., lazy=True)``
-return a future whose work is submitted at its first ``await`` (or
-:meth:`GpuFuture.submit`, or ``result()``), once; errors of the launch or the
-policy then come back through the future, raised at every ``await``.
+Lazy futures: ``launch(..., lazy=True)`` and ``submit(..., lazy=True)`` return a future whose work is
+submitted at its first ``await`` (or :meth:`GpuFuture.submit`, or ``result()``), once; errors of the
+launch or the policy then come back through the future, raised at every ``await``.
 
-Errors: a fault raises CudaError (naming the awaited work) in the tasks
-awaiting it and nowhere else. Cancelling an awaiting task never touches the
-GPU work: the future stays registered, keeping the launch's arguments alive,
-until the GPU has finished. A loop closed with futures pending leaves them
-pending: ``result()`` and ``done()`` still work, and awaiting them in another
-loop arms them there.
-
-Works under asyncio and anyio's asyncio backend; trio has no asyncio loop
-and is not supported.
+Errors: a fault raises CudaError (naming the awaited work) in the tasks awaiting it and nowhere else.
+Cancelling an awaiting task never touches the GPU work: the future stays registered, keeping the launch's
+arguments alive, until the GPU has finished. A loop closed with futures pending leaves them pending:
+``result()`` and ``done()`` still work, and awaiting them in another loop arms them there.
+Works under asyncio and anyio's asyncio backend; trio has no asyncio loop and is not supported.
 """
 from __future__ import annotations
 
@@ -168,8 +163,7 @@ class GpuFuture:
     @classmethod
     def _deferred(cls, label, thunk):
         gf = cls(label, None, None, None, ordered=True, exposed=False)
-        gf._state = _DEFERRED
-        gf._thunk = thunk
+        gf._state, gf._thunk = _DEFERRED, thunk
         return gf
 
     def submit(self) -> "GpuFuture":
@@ -222,7 +216,7 @@ class GpuFuture:
         try:
             if not self._event.query():
                 return False
-        except CaptureError:
+        except CaptureError:       # (not finished)
             return False
         except Exception as err:
             self._fail(err)
@@ -345,6 +339,8 @@ class _Unmade(GpuFuture):
 
 
 _Unmade.__name__ = _Unmade.__qualname__ = "GpuFuture"
+_sig = __import__("inspect").signature(GpuFuture.__init__)     # (the docs show __init__'s, not __new__'s)
+GpuFuture.__signature__ = _sig.replace(parameters=list(_sig.parameters.values())[1:])  # type: ignore[attr-defined]
 
 
 def _resolve(fut):
@@ -405,7 +401,7 @@ class _Completer:
         ch = self._channel()
         token = next(self.tokens)
         try:
-            _waiter.waiter_for(gf._event.device).submit(gf._event, ch, token, blocking)
+            _waiter_for(gf._event.device).submit(gf._event, ch, token, blocking)
         except Exception as err:     # a closed event, no thread could be started: the awaiting tasks get it
             gf._fail(err)
             return
@@ -484,6 +480,10 @@ class _Completer:
 def _host_deliver(sig, channel, token):
     """host_func mode: a C host function on ``sig`` hands ``token`` to ``channel`` (no GIL)."""
     channel.host_deliver(sig.handle, token)
+
+
+def _waiter_for(device):
+    return _waiter.waiter_for(device)
 
 
 def _forget_after_fork():
