@@ -29,8 +29,17 @@ PASS_CACHE_LIMIT = 256
 cdef class Pass
 cdef class _PassExit
 
-# pycudadrv.nvtx's globals: a pass reads nvtx.enabled from them (a dict look-up, not a module attribute walk).
-cdef dict _nvtx_state = nvtx.__dict__
+# pycudadrv.nvtx.enabled, kept here by nvtx (it calls _nvtx_changed on every change): a pass reads a C flag.
+cdef bint _nvtx_on = False
+
+
+def _nvtx_changed(flag):
+    """pycudadrv.nvtx's watcher: its ``enabled`` changed to ``flag``."""
+    global _nvtx_on
+    _nvtx_on = flag
+
+
+nvtx._watch(_nvtx_changed)
 
 
 cdef inline void _set(list items, Py_ssize_t i, object value) noexcept:
@@ -158,7 +167,7 @@ cdef class TimestampsBase:
         else:
             self._open_stack.append(entry)
         self._depth += 1
-        if _nvtx_state["enabled"] and nvtx.push(label):
+        if _nvtx_on and nvtx.push(label):
             self._nvtx_open.append(entry)
         return 0
 

@@ -34,9 +34,11 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import sys
 import threading
+import types
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -54,6 +56,38 @@ DOMAIN = "pycudadrv"
 #: True while ranges are recorded. Callers read it (``nvtx.enabled``, not a copy made by
 #: ``from pycudadrv.nvtx import enabled``) before building a label: the whole cost when off.
 enabled = False
+
+# C-level copies of `enabled` (a Timestamps pass reads one flag, no dict look-up), told of every change:
+# enable()/disable(), `nvtx.enabled = ...` (and monkeypatch's setattr/delattr: the module's __setattr__
+# below), a reload (the module's last line). A reload keeps the list.
+_watchers: list[Callable[[bool], object]] = globals().get("_watchers", [])
+
+
+def _notify() -> None:
+    flag = bool(globals().get("enabled", False))
+    for w in _watchers:
+        w(flag)
+
+
+def _watch(callback: Callable[[bool], object]) -> None:
+    """Call ``callback(flag)`` now and whenever :data:`enabled` changes (a C module's copy of it)."""
+    if callback not in _watchers:
+        _watchers.append(callback)
+    callback(bool(enabled))
+
+
+class _Module(types.ModuleType):
+    """This module's type: assigning or deleting ``nvtx.enabled`` from outside tells the watchers."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name == "enabled":
+            _notify()
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        if name == "enabled":
+            _notify()
 
 _Backend = Literal["nvtx", "ctypes"]
 _LIBRARY_NAMES = ("libnvtx3interop.so.1", "libnvToolsExt.so.1")
@@ -250,6 +284,7 @@ def enable(backend: Literal["nvtx", "ctypes"] | None = None) -> str:
         if _impl is None or (backend is not None and _impl.name != backend):
             _impl = _make(backend)
         enabled = True
+        _notify()
         return _impl.name
 
 
@@ -257,6 +292,7 @@ def disable() -> None:
     """Stop recording ranges (a range already pushed can still be popped)."""
     global enabled
     enabled = False
+    _notify()
 
 
 def is_enabled() -> bool:
@@ -378,4 +414,6 @@ def _from_environment() -> None:
         warnings.warn(f"PYCUDADRV_NVTX is set but NVTX ranges stay off: {e}", RuntimeWarning, stacklevel=2)
 
 
+sys.modules[__name__].__class__ = _Module
 _from_environment()
+_notify()

@@ -267,6 +267,83 @@ def test_a_pass_opened_while_off_pops_nothing_when_nvtx_is_turned_on_inside_it(r
     assert recorder.calls == [("push", "inner"), ("pop",)]
 
 
+def _pass_pushes(ts, label):
+    """Whether one Timestamps pass opened an NVTX range (the pass reads _timing's C copy of the flag)."""
+    rec = nvtx._impl
+    before = len(rec.calls)
+    with ts.measure(label):
+        pass
+    return rec.calls[before:] == [("push", label), ("pop",)]
+
+
+def test_a_pass_follows_every_way_nvtx_enabled_changes(recorder, monkeypatch):
+    """_timing keeps a C copy of nvtx.enabled: enable()/disable(), an assignment from outside,
+    monkeypatch's setattr and its undo, and a delattr all reach it."""
+    from pycudadrv import timestamps
+
+    ts = timestamps.Timestamps(_FakeStream())
+    monkeypatch.setattr(ts, "_new_event", _FakeEvent)
+    assert not _pass_pushes(ts, "a")
+    assert nvtx.enable() == "recorder"                # the backend set already is kept
+    assert _pass_pushes(ts, "b") and _pass_pushes(ts, "b")
+    nvtx.disable()
+    assert not _pass_pushes(ts, "c")
+    nvtx.enabled = True
+    assert _pass_pushes(ts, "d")
+    nvtx.enabled = False
+    assert not _pass_pushes(ts, "e")
+    setattr(nvtx, "enabled", 1)                       # truthy: on, as the module attribute reads
+    assert _pass_pushes(ts, "f")
+    with monkeypatch.context() as m:
+        m.setattr(nvtx, "enabled", False)
+        assert not _pass_pushes(ts, "g")
+    assert _pass_pushes(ts, "h")                      # the undo put 1 back
+    nvtx.enabled = False
+    with monkeypatch.context() as m:
+        m.setattr(nvtx, "enabled", True)
+        assert _pass_pushes(ts, "i")
+    assert not _pass_pushes(ts, "j")
+    try:
+        del nvtx.enabled                              # gone: off (push() would raise NameError; the pass is off)
+        assert not _pass_pushes(ts, "k")
+    finally:
+        nvtx.enabled = False
+
+
+def test_a_pass_follows_nvtx_enabled_across_a_reload_and_the_environment(tmp_path):
+    code = textwrap.dedent("""
+        import importlib
+        from pycudadrv import nvtx, timestamps
+        class Rec:
+            name = "rec"
+            def __init__(self): self.calls = []
+            def push(self, label): self.calls.append(label)
+            def pop(self): pass
+        class S: device = None
+        class E:
+            def record(self, stream): return self
+        ts = timestamps.Timestamps(S())
+        ts._new_event = E
+        def pushed(label):
+            rec = nvtx._impl = Rec()
+            with ts.measure(label):
+                pass
+            return rec.calls == [label]
+        nvtx.enabled = True
+        a = pushed("a")
+        importlib.reload(nvtx)                      # enabled = False again, in the same module
+        b = pushed("b")
+        nvtx.enabled = True
+        c = pushed("c")
+        print(a, b, c)
+    """)
+    env = same_package_env()
+    env.pop("PYCUDADRV_NVTX", None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True"]
+
+
 def test_dispatch_passes_are_ranges_and_close_when_the_block_raises(recorder):
     from pycudadrv import dispatch
 
