@@ -17,6 +17,7 @@ cdef class Function(KernelBase):
     cdef bint _arena_ready
     cdef void** _keep               # per parameter: the scalar object packed last (owned), or NULL
     cdef int _nkeep
+    cdef bint _busy                 # a launch is packing into _arena (Python code may run there)
     cdef unsigned long _layout_version   # counts set_signature calls (TritonLaunchBase's plans follow it)
 
     cdef int _drop_cache(self) except -1

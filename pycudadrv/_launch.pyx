@@ -347,6 +347,7 @@ cdef class Function(KernelBase):
         self._arena_ready = False
         self._keep = NULL
         self._nkeep = 0
+        self._busy = False
 
     def __dealloc__(self):
         # No cdef method here: when KernelBase.__cinit__ refuses (no token) the object is
@@ -355,6 +356,10 @@ cdef class Function(KernelBase):
         pycudadrv_arena_release(&self._arena)
 
     cdef int _drop_cache(self) except -1:
+        if self._busy:
+            raise StateError(f"kernel '{self.name}': set_signature while a launch of it is packing its arguments "
+                             "(from an argument's __cuda_array_interface__/__dlpack__/hook) would free that "
+                             "launch's argument arena; change the signature outside the launch")
         _free_kept(self)
         return 0
 
@@ -593,14 +598,20 @@ cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyO
         s = resolve_stream(<object>kw.stream, fn.device)
     if s._closed:
         s.ensure_open()
-    if lay.n >= 0 and not _release_gil:
+    if lay.n >= 0 and not _release_gil and not fn._busy:
         # The common case: the layout is known and the GIL is held for the whole launch, so the
         # function's own arena is safe to reuse; unchanged immutable arguments keep their bytes.
+        # _busy: Python code run while packing (a CAI property, a hook; another thread taking the
+        # GIL there) may launch this function again: that launch packs apart, never in this arena.
         if not fn._arena_ready:
             _ready_arena(fn, n)
-        kp = marshal_cached(&fn._arena, lay, items, n, fn._keep, s)
-        fn.device.activate()
-        issue_launch(fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, False, items, n)
+        fn._busy = True
+        try:
+            kp = marshal_cached(&fn._arena, lay, items, n, fn._keep, s)
+            fn.device.activate()
+            issue_launch(fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, False, items, n)
+        finally:
+            fn._busy = False
         if _dl_owners:
             settle_dlpack_owners(s)     # a DLPack argument's export lives until the kernel has run
         return None

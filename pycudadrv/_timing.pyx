@@ -290,14 +290,23 @@ _enable_vectorcalls()
 cdef class _EnterSlot:
     """The ``__enter__`` descriptor of Pass."""
     def __get__(self, obj, objtype):
-        return self if obj is None else (<Pass>obj)._enter
+        if type(obj) is Pass:
+            return (<Pass>obj)._enter
+        return self if obj is None else _not_a_pass("__enter__", obj)
 
 
 @cython.final
 cdef class _ExitSlot:
     """The ``__exit__`` descriptor of Pass."""
     def __get__(self, obj, objtype):
-        return self if obj is None else (<Pass>obj)._ts._exit
+        if type(obj) is Pass:
+            return (<Pass>obj)._ts._exit
+        return self if obj is None else _not_a_pass("__exit__", obj)
+
+
+cdef object _not_a_pass(str name, object obj):
+    raise ArgumentTypeError(f"Pass.{name} is a Timestamps pass's own (from ts.measure(label)), got "
+                            f"{type(obj).__name__}")
 
 
 @cython.final

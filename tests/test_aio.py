@@ -1202,3 +1202,133 @@ def test_a_waited_event_whose_release_runs_python_code_keeps_the_waiter_consiste
     assert r.returncode == 0, r.stdout + r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got == {"errors": [], "tokens": list(range(1, 10))}, got
+
+
+# --- hostile awaiting (breaker4) ----------------------------------------------------------------
+
+def test_one_future_awaited_by_two_tasks_and_a_cancelled_third_resumes_both(fake):
+    async def main():
+        s = FakeStream()
+        fut = aio.wait(s)
+        order = []
+
+        async def waiter(tag):
+            await fut
+            order.append(tag)
+        a, b, c = (asyncio.ensure_future(waiter(t)) for t in "abc")
+        await asyncio.sleep(0.01)
+        c.cancel()
+        complete(fut.event)
+        await asyncio.wait_for(asyncio.gather(a, b), 5)
+        with pytest.raises(asyncio.CancelledError):
+            await c
+        return sorted(order), fut.done()
+    for _ in range(2):
+        assert run(main()) == (["a", "b"], True)
+
+
+class _OwnFuture(asyncio.Future):
+    made = 0
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        _OwnFuture.made += 1
+
+
+class _OwnLoop(asyncio.SelectorEventLoop):
+    def create_future(self):
+        return _OwnFuture(loop=self)
+
+
+def test_a_loop_whose_create_future_makes_a_future_subclass_still_resumes_the_awaiter(fake):
+    async def main():
+        s = FakeStream()
+        fut = aio.wait(s)
+        asyncio.get_running_loop().call_later(0.01, complete, fut.event)
+        await fut
+        return fut.done()
+    loop = _OwnLoop()
+    try:
+        for _ in range(2):
+            assert loop.run_until_complete(asyncio.wait_for(main(), 10)) is True
+    finally:
+        loop.close()
+
+
+def test_a_done_callback_that_raises_goes_to_the_exception_handler_and_the_awaiter_still_resumes(fake):
+    async def main():
+        loop = asyncio.get_running_loop()
+        seen = []
+        loop.set_exception_handler(lambda lp, ctx: seen.append(ctx.get("exception")))
+        s = FakeStream()
+        fut = aio.wait(s)
+
+        def bad(_):
+            raise ZeroDivisionError("in a done callback")
+        t1 = asyncio.ensure_future(_await(fut))
+        t1.add_done_callback(bad)
+        t2 = asyncio.ensure_future(_await(fut))
+        await asyncio.sleep(0.01)
+        complete(fut.event)
+        await asyncio.wait_for(asyncio.gather(t1, t2), 5)
+        await asyncio.sleep(0.01)
+        return [type(e).__name__ for e in seen]
+    for _ in range(2):
+        assert run(main()) == ["ZeroDivisionError"]
+
+
+def test_a_loop_closed_while_a_future_is_awaited_then_a_new_loop_awaits_the_next(fake):
+    s = FakeStream()
+    loop = asyncio.new_event_loop()
+    fut = aio.wait(s)
+    task = loop.create_task(_await(fut))
+    loop.run_until_complete(asyncio.sleep(0.01))
+    task.cancel()
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()                      # the first loop is gone with its wait pending
+    complete(fut.event)
+    gc.collect()
+
+    async def main():
+        f2 = aio.wait(s)
+        asyncio.get_running_loop().call_later(0.01, complete, f2.event)
+        await f2
+        return f2.done()
+    assert run(main()) is True
+    assert fut.result() is None
+
+
+class _HostileLoop(asyncio.SelectorEventLoop):
+    """create_future hands out plain asyncio futures with done callbacks of its own before the
+    awaiting task's: one raises, one tries to close the (running) loop."""
+    def create_future(self):
+        f = asyncio.Future(loop=self)
+
+        def bad(_):
+            raise ZeroDivisionError("in a done callback")
+
+        def closes(_):
+            self.close()              # RuntimeError: the loop is running
+        f.add_done_callback(bad)
+        f.add_done_callback(closes)
+        return f
+
+
+def test_done_callbacks_of_the_awaited_loop_future_that_raise_or_close_the_loop_go_to_its_handler(fake):
+    seen = []
+
+    async def main():
+        asyncio.get_running_loop().set_exception_handler(lambda lp, ctx: seen.append(type(ctx.get("exception"))))
+        s = FakeStream()
+        fut = aio.wait(s)
+        asyncio.get_running_loop().call_later(0.01, complete, fut.event)
+        await fut
+        await asyncio.sleep(0.01)
+        return fut.done()
+    loop = _HostileLoop()
+    try:
+        for _ in range(2):
+            assert loop.run_until_complete(main()) is True
+    finally:
+        loop.close()
+    assert ZeroDivisionError in seen and RuntimeError in seen and set(seen) <= {ZeroDivisionError, RuntimeError}

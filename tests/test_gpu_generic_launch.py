@@ -249,3 +249,67 @@ def test_grid_and_block_by_keyword_as_the_signature_names_them():
     assert hits.to_numpy().tolist() == [21]
     with pytest.raises(cd.ArgumentTypeError, match=r"takes at least 2 positional arguments \(0 given\)"):
         fn.launch(block=32)
+
+
+SCALE = r"""
+extern "C" __global__ void scale(float* out, const float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a * x[i];
+}
+"""
+
+
+class _ReentrantCAI:
+    """A foreign array whose ``__cuda_array_interface__`` (a Python property, as torch's is) runs
+    ``during()`` the first time it is read: Python code inside the marshalling of a launch."""
+
+    def __init__(self, buf, during):
+        self.buf, self.during, self.reads = buf, during, 0
+
+    @property
+    def __cuda_array_interface__(self):
+        self.reads += 1
+        if self.reads == 1:
+            self.during()
+        return {"shape": (self.buf.nbytes // 4,), "typestr": "<f4", "data": (self.buf.ptr, False), "version": 3}
+
+
+def test_a_launch_of_the_same_kernel_from_inside_an_arguments_interface_keeps_both_launches_arguments(rng):
+    """The generic launch packs into the function's own arena: a launch of the same function made
+    while an argument is being read (a CAI property, or another thread at that moment) must not
+    overwrite the outer launch's already-packed arguments."""
+    fn = cd.compile(SCALE).load().function("scale")
+    n = 64
+    for _ in range(2):
+        xv = rng.standard_normal(n).astype(np.float32)
+        a, b = float(rng.uniform(1, 2)), float(rng.uniform(3, 4))
+        x = cd.Buffer.from_numpy(xv)
+        y = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+        z = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+        fn.launch(1, n, y, x, 1.0, n)          # the arena holds y, x, 1.0, n
+        fn.launch(1, n, y, _ReentrantCAI(x, lambda: fn.launch(1, n, z, x, b, n)), a, n)
+        np.testing.assert_allclose(y.to_numpy(), a * xv.astype(np.float64), rtol=1e-6)
+        np.testing.assert_allclose(z.to_numpy(), b * xv.astype(np.float64), rtol=1e-6)
+
+
+def test_set_signature_from_inside_an_arguments_interface_is_refused_not_a_crash():
+    """set_signature drops the generic launch's arena; from inside that launch's marshalling it
+    would free the arena under it (a crash): run in a child process, expect a pycudadrv error (the
+    StateError, wrapped as the argument's ArgumentTypeError) and a working launch after it."""
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, pycudadrv as cd\n"
+        f"from tests.test_gpu_generic_launch import SCALE, _ReentrantCAI\n"
+        "fn = cd.compile(SCALE).load().function('scale')\n"
+        "x = cd.Buffer.from_numpy(np.ones(8, np.float32)); y = cd.Buffer.zeros(8, np.float32)\n"
+        "fn.launch(1, 8, y, x, 1.0, 8)\n"
+        "h = _ReentrantCAI(x, lambda: fn.set_signature('float*, const float*, float, int'))\n"
+        "try:\n    fn.launch(1, 8, y, h, 2.0, 8)\nexcept cd.Error as e:\n    print('REFUSED', e)\n"
+        "fn.launch(1, 8, y, x, 3.0, 8)\n"
+        "print('Y', y.to_numpy()[0])\n")
+    import os
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "REFUSED" in r.stdout and "set_signature" in r.stdout, r.stdout + r.stderr
+    assert "Y 3.0" in r.stdout, r.stdout

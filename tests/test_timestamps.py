@@ -218,6 +218,45 @@ def test_reset_drops_everything_and_events_are_reused(ts):
     assert ts.measure("step") is ts.measure("step")
 
 
+
+def test_the_pass_enter_and_exit_descriptors_refuse_what_is_not_a_pass_instead_of_crashing():
+    """Pass.__enter__/__exit__ are descriptors: called by hand on another object they raise
+    ArgumentTypeError (they cast to Pass unchecked, a segfault: run in a child process)."""
+    import subprocess
+    import sys
+    code = ("from pycudadrv._timing import Pass\n"
+            "from pycudadrv._errors import ArgumentTypeError\n"
+            "for name in ('__enter__', '__exit__'):\n"
+            "    for obj in (5, 'x', object()):\n"
+            "        try:\n"
+            "            Pass.__dict__[name].__get__(obj, type(obj))\n"
+            "        except ArgumentTypeError as e:\n"
+            "            print('REFUSED', name, e)\n"
+            "    print('SLOT', Pass.__dict__[name].__get__(None, Pass) is Pass.__dict__[name])\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("REFUSED") == 6 and r.stdout.count("SLOT True") == 2, r.stdout
+
+
+def test_a_pass_by_hand_nested_and_raising_keeps_the_open_stack(ts):
+    p = ts.measure("outer")
+    with pytest.raises(cd.ArgumentTypeError):
+        p.__enter__(1)
+    with pytest.raises(cd.ArgumentTypeError):
+        p.__exit__()
+    with pytest.raises(cd.StateError):
+        p.__exit__(None, None, None)                 # no pass open
+    with pytest.raises(KeyError):
+        with p:
+            with ts.measure("inner"):
+                with p:
+                    raise KeyError("x")
+    assert p.__enter__() is ts
+    assert p.__exit__(None, None, None) is False
+    gpu_catches_up()
+    assert [label for label, _ in ts.read()] == ["outer", "inner", "outer", "outer"]
+
+
 # --- on the GPU ---------------------------------------------------------------------------------
 
 KERNEL = r"""
