@@ -190,8 +190,9 @@ cdef class TritonLaunchBase:
         cdef const Py_ssize_t* src
         cdef unsigned char* slot
         cdef void** kp
-        if not self._fast or _release_gil:    # released around the driver call, the plan's arena could be
-            return self._launch_py(grid, args, stream)    # repacked by another thread: Function.launch packs apart
+        if not self._fast or _release_gil or fn._busy:   # released around the driver call, the plan's arena
+            return self._launch_py(grid, args, stream)    # could be repacked by another thread; busy: a launch
+        #                                                   made while this function's arguments are packed
         if n == self._n_rt:
             src = self._src_rt
         elif n == self._n_all:
@@ -216,17 +217,22 @@ cdef class TritonLaunchBase:
         cdef Stream s = plan.s
         if s._closed:
             s.ensure_open()
-        kp = marshal_cached(&plan.arena, fn.layout, _seq_items(args), len(args), plan.keep, s, src)
-        for k in range(plan.n):
-            if self._pflags[k]:
-                slot = pycudadrv_arena_at(&plan.arena, <uint32_t>k)
-                if slot[0] & 15 and (self._pflags[k] & _DIV16_INT == 0 or
-                                     (src[k] >= 0 and type(args[src[k]]) is int)):
-                    return self._launch_py(grid, args, stream)     # raises, naming the argument
-        fn.device.activate()
         cdef LaunchConfig lc = plan.lc
-        issue_launch(fn, lc.grid, lc.block, lc.shared_mem_bytes, s, kp, lc,
-                     args if s._capture is None else self._kernel_args(args), False)
+        fn._busy = True         # Python code run while packing (a CAI property) that launches this function
+        try:                    # again packs apart (Function.launch), never in this plan's arena
+            kp = marshal_cached(&plan.arena, fn.layout, _seq_items(args), len(args), plan.keep, s, src)
+            for k in range(plan.n):
+                if self._pflags[k]:
+                    slot = pycudadrv_arena_at(&plan.arena, <uint32_t>k)
+                    if slot[0] & 15 and (self._pflags[k] & _DIV16_INT == 0 or
+                                         (src[k] >= 0 and type(args[src[k]]) is int)):
+                        fn._busy = False
+                        return self._launch_py(grid, args, stream)     # raises, naming the argument
+            fn.device.activate()
+            issue_launch(fn, lc.grid, lc.block, lc.shared_mem_bytes, s, kp, lc,
+                         args if s._capture is None else self._kernel_args(args), False)
+        finally:
+            fn._busy = False
         if _dl_owners:
             settle_dlpack_owners(s)
 

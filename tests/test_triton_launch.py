@@ -234,3 +234,27 @@ def test_with_the_gil_released_around_launches_each_launch_packs_its_own_argumen
             np.testing.assert_allclose(y.to_numpy(), a * x0.astype(np.float64) + 0.5, rtol=1e-6, atol=1e-6)
     finally:
         cd.set_release_gil(prev)
+
+
+@gpu
+def test_a_launch_of_the_same_triton_kernel_from_inside_an_arguments_interface_keeps_both_launches(obj, rng):
+    """The prepared path packs into its plan's arena: a launch of the same kernel made while an
+    argument is read (a CAI property, as torch's is) must not overwrite the outer launch's
+    already-packed arguments; the outer launch, and launches after it, keep their values."""
+    from tests.test_gpu_generic_launch import _ReentrantCAI
+    tk = load(obj)
+    s = cd.Stream()
+    n = 256
+    for _ in range(2):
+        x0 = rng.standard_normal(n).astype(np.float32)
+        a, b, a2, b2 = (float(v) for v in rng.uniform(0.5, 2, 4))
+        x = cd.Buffer.from_numpy(x0, stream=s)
+        y = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s)
+        z = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32), stream=s)
+        tk.launch(programs(n), y, x, 1.0, 0.0, n, stream=s)      # the plan's arena holds y, x, 1, 0, n
+        inner = _ReentrantCAI(x, lambda: tk.launch(programs(n), z, x, a2, b2, n, stream=s))
+        tk.launch(programs(n), y, inner, a, b, n, stream=s)
+        np.testing.assert_allclose(y.to_numpy(stream=s), want(a, x0, b, n, np.nan), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(z.to_numpy(stream=s), want(a2, x0, b2, n, np.nan), rtol=1e-6, atol=1e-6)
+        tk.launch(programs(n), z, x, b, a, n, stream=s)
+        np.testing.assert_allclose(z.to_numpy(stream=s), want(b, x0, a, n, np.nan), rtol=1e-6, atol=1e-6)
