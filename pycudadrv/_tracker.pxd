@@ -12,6 +12,17 @@ cdef class _Seg:
 cdef class _Tracker:
     cdef list segs
     cdef Py_ssize_t limit
+    # An index of segs by start address (open addressing, linear probing; borrowed pointers to the
+    # _Seg objects `segs` holds): the exact hit of a range seen before (a whole Buffer again) in a
+    # few instructions, instead of bisecting the list.
+    cdef uint64_t* keys
+    cdef void** vals
+    cdef Py_ssize_t cap, count
+
+    cdef int _put(self, _Seg seg) except -1
+    cdef int _drop(self, uint64_t lo)
+    cdef _Seg _find(self, uint64_t lo)
+    cdef int _reindex(self, list segs) except -1
 
     cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen)
     # Hand add_dep what an access of [lo, hi) must wait for; return the pending writer of its
