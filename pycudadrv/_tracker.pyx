@@ -143,17 +143,18 @@ cdef class _Tracker:
         free(self.vals)
 
     # -- the index by start address (every change to `segs` keeps it in step) ----------------------
-    cdef _Seg _find(self, uint64_t lo):
-        """The segment starting at ``lo``, or None."""
+    cdef void* _find(self, uint64_t lo) noexcept:
+        """The segment starting at ``lo`` (a borrowed pointer), or NULL."""
         cdef Py_ssize_t i, mask = self.cap - 1
+        cdef void* v
         if self.count == 0:
-            return None
+            return NULL
         i = _slot(lo, self.cap)
-        while self.vals[i] != NULL:
-            if self.keys[i] == lo:
-                return <_Seg>self.vals[i]
+        while True:
+            v = self.vals[i]
+            if v == NULL or self.keys[i] == lo:
+                return v
             i = (i + 1) & mask
-        return None
 
     cdef int _put(self, _Seg seg) except -1:
         """Index ``seg`` (held by ``segs``) by its start."""
@@ -221,6 +222,13 @@ cdef class _Tracker:
             self.vals[j] = NULL
             i = j
 
+    cdef int reset(self) except -1:
+        """Forget every segment (the index keeps its capacity: a queue resets its tracker at each sync)."""
+        self._reindex([])
+        self.segs = []
+        self.limit = _PRUNE_MIN
+        return 0
+
     cdef int _reindex(self, list segs) except -1:
         """Index exactly ``segs`` (about to become the segment list)."""
         cdef _Seg seg
@@ -256,10 +264,11 @@ cdef class _Tracker:
         its first overlapping segment that has one (or None). Changes nothing here."""
         cdef list segs = self.segs
         cdef Py_ssize_t i, n
-        cdef _Seg seg = self._find(lo)
+        cdef void* hit = self._find(lo)
+        cdef _Seg seg
         cdef Submission found = None, f
-        if seg is not None and seg.hi == hi:        # the same range again (a whole Buffer, mostly)
-            return self._deps_of(seg, write, me, deps, gen)
+        if hit != NULL and (<_Seg>hit).hi == hi:    # the same range again (a whole Buffer, mostly)
+            return self._deps_of(<_Seg>hit, write, me, deps, gen)
         n = len(segs)
         i = _bisect(segs, lo, True) - 1
         if i < 0:
@@ -294,10 +303,12 @@ cdef class _Tracker:
         """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
         cdef list segs = self.segs
         cdef Py_ssize_t n, i, j, k
-        cdef _Seg seg = self._find(lo), gap
+        cdef void* hit = self._find(lo)
+        cdef _Seg seg, gap
         cdef uint64_t pos
         cdef list new
-        if seg is not None and seg.hi == hi:        # the same range again (a whole Buffer, mostly)
+        if hit != NULL and (<_Seg>hit).hi == hi:    # the same range again (a whole Buffer, mostly)
+            seg = <_Seg>hit
             if write:
                 seg.writer = sub
                 _clear_readers(seg)
@@ -353,7 +364,8 @@ cdef class _Tracker:
             if (seg.writer is None or seg.writer.done) and seg.r0 is None:
                 continue
             keep.append(seg)
-        self._reindex(keep)
+        if len(keep) != len(self.segs):
+            self._reindex(keep)     # else the index already holds exactly these
         self.segs = keep
         self.limit = max(<Py_ssize_t>_PRUNE_MIN, 2 * len(keep))
         return 0
@@ -365,7 +377,7 @@ cdef class _Tracker:
         for k in range(self.cap):
             held += self.vals[k] != NULL
         for seg in self.segs:
-            if self._find(seg.lo) is not seg:
+            if self._find(seg.lo) != <void*>seg:
                 held = -1
         if held != self.count or self.count != len(self.segs):
             raise AssertionError(f"Queue range tracker: the index by start address is out of step with "
