@@ -9,6 +9,8 @@ from libc.stdint cimport uint64_t
 from libc.stdlib cimport calloc, free
 from pycudadrv._hazards cimport Submission, _Lane, DepList, add_dep
 
+from pycudadrv._errors import StateError
+
 __all__ = []
 
 cdef enum:
@@ -371,7 +373,8 @@ cdef class _Tracker:
         return 0
 
     def _dump(self):
-        """``[(lo, hi, writer seq or None, sorted reader seqs)]`` (tests compare it with the reference model)."""
+        """``[(lo, hi, writer seq or None, sorted reader seqs)]`` (tests compare it with the reference model);
+        raises StateError if the index by start address is out of step with the segments."""
         cdef _Seg seg
         cdef Py_ssize_t k, held = 0
         for k in range(self.cap):
@@ -380,7 +383,7 @@ cdef class _Tracker:
             if self._find(seg.lo) != <void*>seg:
                 held = -1
         if held != self.count or self.count != len(self.segs):
-            raise AssertionError(f"Queue range tracker: the index by start address is out of step with "
+            raise StateError(f"Queue range tracker: the index by start address is out of step with "
                                  f"the {len(self.segs)} segments ({self.count} indexed)")
         return [(seg.lo, seg.hi, None if seg.writer is None else seg.writer.seq,
                  sorted(r.seq for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None)) for seg in self.segs]

@@ -577,7 +577,7 @@ def test_ranges_of_finished_work_are_dropped_while_the_gpu_keeps_up(fake):
         q.launch(k, 1, 32, b)
         complete_all(q)
     assert q.stats()["tracked_ranges"] < 100        # not kept until a thousand ranges pile up
-    q._tracker_dump()                               # raises if the index by start is out of step
+    q._tracker_dump()                               # raises StateError if the index by start is out of step
     r = FakeKernel("r", "const float* x")
     SIM.log.clear()
     w = q.launch(k, 1, 32, bufs[5])                 # tracked again after its range was dropped
