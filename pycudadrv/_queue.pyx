@@ -605,7 +605,7 @@ cdef class QueueCore:
                 retire_to(lane, <Submission>lane.inflight[-1], self._events)
             lane.tail0 = None
             forget_seen(lane, 0)
-        self._t0 = _Tracker()
+        self._t0.reset()
 
     def _pending(self):
         """The submissions not seen complete, in issue order."""
@@ -625,7 +625,7 @@ cdef class QueueCore:
         self._check("capture")
         if self._m == 1:
             raise CaptureError("Queue.capture(): this queue is already capturing")
-        self._t1 = _Tracker()
+        self._t1.reset()
         for lane in self._lanes:
             lane.tail1 = None
             lane.load1 = 0
@@ -650,7 +650,7 @@ cdef class QueueCore:
         self._joined = []
         self._graph = None
         self._fork = None
-        self._t1 = _Tracker()
+        self._t1.reset()
         self._m = 0
 
     # -- lifetime -------------------------------------------------------------------------------

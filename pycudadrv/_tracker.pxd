@@ -12,6 +12,17 @@ cdef class _Seg:
 cdef class _Tracker:
     cdef list segs
     cdef Py_ssize_t limit
+    # An index of segs by start address (open addressing, linear probing; borrowed pointers to the
+    # _Seg objects `segs` holds): the exact hit of a range seen before (a whole Buffer again) in a
+    # few instructions, instead of bisecting the list.
+    cdef uint64_t* keys
+    cdef void** vals
+    cdef Py_ssize_t cap, count
+
+    cdef int _put(self, _Seg seg) except -1
+    cdef int _drop(self, uint64_t lo)
+    cdef void* _find(self, uint64_t lo) noexcept   # the _Seg starting at lo (borrowed), or NULL
+    cdef int _reindex(self, list segs) except -1
 
     cdef Submission _deps_of(self, _Seg seg, bint write, Submission me, DepList* deps, long long gen)
     # Hand add_dep what an access of [lo, hi) must wait for; return the pending writer of its
@@ -21,5 +32,7 @@ cdef class _Tracker:
     cdef int _split(self, uint64_t x) except -1
     # Record that `sub` reads (or writes) [lo, hi).
     cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1
+    # Forget every segment.
+    cdef int reset(self) except -1
     # Drop what only finished submissions touched.
     cdef int prune(self) except -1

@@ -6,9 +6,18 @@ reference model). What an access must wait for goes to
 pycudadrv._hazards.add_dep."""
 cimport cython
 from libc.stdint cimport uint64_t
+from libc.stdlib cimport calloc, free
 from pycudadrv._hazards cimport Submission, _Lane, DepList, add_dep
 
+from pycudadrv._errors import StateError
+
 __all__ = []
+
+cdef enum:
+    # Segments beyond which finished ones are dropped (then twice what is kept, at least this): small,
+    # so that while the GPU keeps up the sorted list stays short (its inserts and bisects cheap);
+    # a prune walk is amortised over at least as many submissions as it keeps.
+    _PRUNE_MIN = 64
 
 
 # Not tracked by the garbage collector: no cycle passes through a segment (Submissions do not reach the tracker).
@@ -57,6 +66,16 @@ cdef inline Py_ssize_t _bisect(list segs, uint64_t x, bint at):
         else:
             hi = mid
     return lo
+
+
+cdef inline Py_ssize_t _slot(uint64_t lo, Py_ssize_t cap):
+    """The home slot of start address ``lo`` in an index of ``cap`` slots (a power of two): the address
+    mixed (xor-shift, multiply, xor-shift) so that aligned addresses spread over the low bits."""
+    cdef uint64_t x = lo >> 4
+    x ^= x >> 31
+    x *= <uint64_t>0x9E3779B97F4A7C15ULL
+    x ^= x >> 29
+    return <Py_ssize_t>(x & <uint64_t>(cap - 1))
 
 
 cdef inline int _add_reader(_Seg seg, Submission sub) except -1:
@@ -119,7 +138,109 @@ cdef class _Tracker:
 
     def __cinit__(self):
         self.segs = []
-        self.limit = 1024
+        self.limit = _PRUNE_MIN
+
+    def __dealloc__(self):
+        free(self.keys)
+        free(self.vals)
+
+    # -- the index by start address (every change to `segs` keeps it in step) ----------------------
+    cdef void* _find(self, uint64_t lo) noexcept:
+        """The segment starting at ``lo`` (a borrowed pointer), or NULL."""
+        cdef Py_ssize_t i, mask = self.cap - 1
+        cdef void* v
+        if self.count == 0:
+            return NULL
+        i = _slot(lo, self.cap)
+        while True:
+            v = self.vals[i]
+            if v == NULL or self.keys[i] == lo:
+                return v
+            i = (i + 1) & mask
+
+    cdef int _put(self, _Seg seg) except -1:
+        """Index ``seg`` (held by ``segs``) by its start."""
+        cdef Py_ssize_t i, k, mask, old_cap = self.cap, cap
+        cdef uint64_t* old_keys = self.keys
+        cdef void** old_vals = self.vals
+        if 2 * (self.count + 1) > self.cap:
+            cap = max(64, 2 * old_cap)
+            self.keys = <uint64_t*>calloc(cap, sizeof(uint64_t))
+            self.vals = <void**>calloc(cap, sizeof(void*))
+            if self.keys == NULL or self.vals == NULL:
+                free(self.keys)
+                free(self.vals)
+                self.keys = old_keys
+                self.vals = old_vals
+                raise MemoryError("Queue range tracker index")
+            self.cap = cap
+            mask = cap - 1
+            for k in range(old_cap):
+                if old_vals[k] != NULL:
+                    i = _slot(old_keys[k], cap)
+                    while self.vals[i] != NULL:
+                        i = (i + 1) & mask
+                    self.keys[i] = old_keys[k]
+                    self.vals[i] = old_vals[k]
+            free(old_keys)
+            free(old_vals)
+        mask = self.cap - 1
+        i = _slot(seg.lo, self.cap)
+        while self.vals[i] != NULL:
+            if self.keys[i] == seg.lo:
+                self.vals[i] = <void*>seg
+                return 0
+            i = (i + 1) & mask
+        self.keys[i] = seg.lo
+        self.vals[i] = <void*>seg
+        self.count += 1
+        return 0
+
+    cdef int _drop(self, uint64_t lo):
+        """Forget the segment starting at ``lo`` (backward-shift deletion: no tombstones)."""
+        cdef Py_ssize_t i, j, k, mask = self.cap - 1
+        if self.count == 0:
+            return 0
+        i = _slot(lo, self.cap)
+        while True:
+            if self.vals[i] == NULL:
+                return 0
+            if self.keys[i] == lo:
+                break
+            i = (i + 1) & mask
+        self.vals[i] = NULL
+        self.count -= 1
+        j = i
+        while True:
+            j = (j + 1) & mask
+            if self.vals[j] == NULL:
+                return 0
+            k = _slot(self.keys[j], self.cap)
+            # Stays where it is when its home slot k lies cyclically in (i, j].
+            if (i <= j and i < k <= j) or (i > j and (k > i or k <= j)):
+                continue
+            self.keys[i] = self.keys[j]
+            self.vals[i] = self.vals[j]
+            self.vals[j] = NULL
+            i = j
+
+    cdef int reset(self) except -1:
+        """Forget every segment (the index keeps its capacity: a queue resets its tracker at each sync)."""
+        self._reindex([])
+        self.segs = []
+        self.limit = _PRUNE_MIN
+        return 0
+
+    cdef int _reindex(self, list segs) except -1:
+        """Index exactly ``segs`` (about to become the segment list)."""
+        cdef _Seg seg
+        cdef Py_ssize_t k
+        for k in range(self.cap):
+            self.vals[k] = NULL
+        self.count = 0
+        for seg in segs:
+            self._put(seg)
+        return 0
 
     def __len__(self):
         return len(self.segs)
@@ -144,14 +265,15 @@ cdef class _Tracker:
         """Hand :func:`add_dep` what an access of ``[lo, hi)`` must wait for; return the pending writer of
         its first overlapping segment that has one (or None). Changes nothing here."""
         cdef list segs = self.segs
-        cdef Py_ssize_t i = _bisect(segs, lo, True) - 1, n = len(segs)
+        cdef Py_ssize_t i, n
+        cdef void* hit = self._find(lo)
         cdef _Seg seg
         cdef Submission found = None, f
-        if i >= 0:
-            seg = <_Seg>segs[i]
-            if seg.lo == lo and seg.hi == hi:
-                return self._deps_of(seg, write, me, deps, gen)
-        else:
+        if hit != NULL and (<_Seg>hit).hi == hi:    # the same range again (a whole Buffer, mostly)
+            return self._deps_of(<_Seg>hit, write, me, deps, gen)
+        n = len(segs)
+        i = _bisect(segs, lo, True) - 1
+        if i < 0:
             i = 0
         while i < n:
             seg = <_Seg>segs[i]
@@ -167,54 +289,68 @@ cdef class _Tracker:
     cdef int _split(self, uint64_t x) except -1:
         cdef list segs = self.segs
         cdef Py_ssize_t i = _bisect(segs, x, True) - 1
-        cdef _Seg seg
+        cdef _Seg seg, tail
         if i < 0:
             return 0
         seg = <_Seg>segs[i]
         if seg.lo == x or seg.hi <= x:
             return 0
-        segs.insert(i + 1, _copy_seg(seg, x, seg.hi))
+        tail = _copy_seg(seg, x, seg.hi)
+        segs.insert(i + 1, tail)
+        self._put(tail)
         seg.hi = x
         return 0
 
     cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1:
         """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
         cdef list segs = self.segs
-        cdef Py_ssize_t n = len(segs), i = _bisect(segs, lo, True), j, k
-        cdef _Seg seg
+        cdef Py_ssize_t n, i, j, k
+        cdef void* hit = self._find(lo)
+        cdef _Seg seg, gap
         cdef uint64_t pos
         cdef list new
-        if i > 0:
-            seg = <_Seg>segs[i - 1]
-            if seg.lo == lo and seg.hi == hi:       # the same range again (a whole Buffer, mostly)
-                if write:
-                    seg.writer = sub
-                    _clear_readers(seg)
-                else:
-                    _add_reader(seg, sub)
-                return 0
+        if hit != NULL and (<_Seg>hit).hi == hi:    # the same range again (a whole Buffer, mostly)
+            seg = <_Seg>hit
+            if write:
+                seg.writer = sub
+                _clear_readers(seg)
+            else:
+                _add_reader(seg, sub)
+            return 0
+        n = len(segs)
+        i = _bisect(segs, lo, True)
         if (i == 0 or (<_Seg>segs[i - 1]).hi <= lo) and (i == n or (<_Seg>segs[i]).lo >= hi):
             # Overlaps nothing tracked: one new segment.
-            segs.insert(i, _new_seg(lo, hi, sub, None) if write else _new_seg(lo, hi, None, sub))
+            seg = _new_seg(lo, hi, sub, None) if write else _new_seg(lo, hi, None, sub)
+            segs.insert(i, seg)
+            self._put(seg)
         else:
             self._split(lo)
             self._split(hi)
             i = _bisect(segs, lo, False)
             j = _bisect(segs, hi, False)
             if write:
-                segs[i:j] = [_new_seg(lo, hi, sub, None)]
+                for k in range(i, j):
+                    self._drop((<_Seg>segs[k]).lo)    # unindexed while `segs` still holds them
+                seg = _new_seg(lo, hi, sub, None)
+                segs[i:j] = [seg]
+                self._put(seg)
             else:
                 new = []
                 pos = lo
                 for k in range(i, j):
                     seg = <_Seg>segs[k]
                     if seg.lo > pos:
-                        new.append(_new_seg(pos, seg.lo, None, sub))
+                        gap = _new_seg(pos, seg.lo, None, sub)
+                        new.append(gap)
+                        self._put(gap)
                     _add_reader(seg, sub)
                     new.append(seg)
                     pos = seg.hi
                 if pos < hi:
-                    new.append(_new_seg(pos, hi, None, sub))
+                    gap = _new_seg(pos, hi, None, sub)
+                    new.append(gap)
+                    self._put(gap)
                 segs[i:j] = new
         if len(segs) > self.limit:
             self.prune()
@@ -230,13 +366,25 @@ cdef class _Tracker:
             if (seg.writer is None or seg.writer.done) and seg.r0 is None:
                 continue
             keep.append(seg)
+        if len(keep) != len(self.segs):
+            self._reindex(keep)     # else the index already holds exactly these
         self.segs = keep
-        self.limit = max(1024, 2 * len(keep))
+        self.limit = max(<Py_ssize_t>_PRUNE_MIN, 2 * len(keep))
         return 0
 
     def _dump(self):
-        """``[(lo, hi, writer seq or None, sorted reader seqs)]`` (tests compare it with the reference model)."""
+        """``[(lo, hi, writer seq or None, sorted reader seqs)]`` (tests compare it with the reference model);
+        raises StateError if the index by start address is out of step with the segments."""
         cdef _Seg seg
+        cdef Py_ssize_t k, held = 0
+        for k in range(self.cap):
+            held += self.vals[k] != NULL
+        for seg in self.segs:
+            if self._find(seg.lo) != <void*>seg:
+                held = -1
+        if held != self.count or self.count != len(self.segs):
+            raise StateError(f"Queue range tracker: the index by start address is out of step with "
+                                 f"the {len(self.segs)} segments ({self.count} indexed)")
         return [(seg.lo, seg.hi, None if seg.writer is None else seg.writer.seq,
                  sorted(r.seq for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None)) for seg in self.segs]
 

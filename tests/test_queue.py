@@ -569,6 +569,25 @@ def test_tracker_merges_a_write_over_split_ranges():
     assert len(t) == 0
 
 
+def test_ranges_of_finished_work_are_dropped_while_the_gpu_keeps_up(fake):
+    q = cd.Queue(streams=2, policy="round_robin")
+    bufs = buffers(300, 64)
+    k = FakeKernel("w", "float* y")
+    for b in bufs:                                  # 300 writes of distinct whole buffers, each finished
+        q.launch(k, 1, 32, b)
+        complete_all(q)
+    assert q.stats()["tracked_ranges"] < 100        # not kept until a thousand ranges pile up
+    q._tracker_dump()                               # raises StateError if the index by start is out of step
+    r = FakeKernel("r", "const float* x")
+    SIM.log.clear()
+    w = q.launch(k, 1, 32, bufs[5])                 # tracked again after its range was dropped
+    q.launch(r, 1, 32, bufs[5][0:32])               # a view of it, on the other stream: waits
+    q.launch(r, 1, 32, bufs[5])                     # the whole buffer, exact hit: waits too
+    assert waits(q) == [(1, "w")]                   # the view waits; the whole read follows w on its stream
+    assert not w.done
+    q._tracker_dump()
+
+
 # --- on the GPU ---------------------------------------------------------------------------------
 
 KERNELS = r"""
