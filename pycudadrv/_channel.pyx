@@ -143,6 +143,20 @@ cdef void host_deliver_cb(void* p) noexcept nogil:
 
 
 @cython.final
+cdef size_t channel_swap(channel_t* ch, uint64_t** tokens, int** status) noexcept nogil:
+    """Drain the descriptor and take the delivered (token, CUresult) arrays (the caller frees
+    them); returns their length."""
+    cdef size_t n
+    pycudadrv_wakefd_drain(ch.fds)
+    pthread_mutex_lock(&ch.mu)
+    tokens[0], status[0], n = ch.tokens, ch.status, ch.n
+    ch.tokens = NULL
+    ch.status = NULL
+    ch.n = ch.cap = 0
+    pthread_mutex_unlock(&ch.mu)
+    return n
+
+
 cdef class Channel:
     """Where the waiter threads hand one event loop its finished waits.
 
@@ -184,13 +198,7 @@ cdef class Channel:
         if ch == NULL or ch.pid != _pid:
             return []
         with nogil:
-            pycudadrv_wakefd_drain(ch.fds)
-            pthread_mutex_lock(&ch.mu)
-            tokens, status, n = ch.tokens, ch.status, ch.n
-            ch.tokens = NULL
-            ch.status = NULL
-            ch.n = ch.cap = 0
-            pthread_mutex_unlock(&ch.mu)
+            n = channel_swap(ch, &tokens, &status)
         out = []
         try:
             for k in range(n):
@@ -233,13 +241,7 @@ cdef class Channel:
         if pycudadrv_aio_timing:
             ch.t_reader = pycudadrv_mono_ns()
         with nogil:
-            pycudadrv_wakefd_drain(ch.fds)
-            pthread_mutex_lock(&ch.mu)
-            tokens, status, n = ch.tokens, ch.status, ch.n
-            ch.tokens = NULL
-            ch.status = NULL
-            ch.n = ch.cap = 0
-            pthread_mutex_unlock(&ch.mu)
+            n = channel_swap(ch, &tokens, &status)
         if n == 0:
             return
         loop = self._loop()
