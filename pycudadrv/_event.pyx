@@ -9,7 +9,8 @@ from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport (Stream, EventBase, resolve_stream, check_not_capturing, destroy_handle,
                                 DESTROY_EVENT)
 
-from pycudadrv._errors import ArgumentValueError, ClosedError, EventNotRecordedError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, EventNotRecordedError
+from pycudadrv._textargs import _bool
 
 __all__ = ["Event"]
 
@@ -24,7 +25,12 @@ cdef class Event(EventBase):
     between two recorded events.
     """
 
-    def __cinit__(self, *, bint timing=True, device=None):
+    def __cinit__(self, *args, timing=True, device=None):
+        if args:
+            raise ArgumentTypeError(f"Event takes keywords only: Event(timing=True, device=None), got "
+                                    f"{len(args)} positional argument{'s' if len(args) > 1 else ''} "
+                                    f"({args[0]!r:.40})")
+        timing = _bool(timing, "timing", "Event")
         cdef Device dev = as_device(device)
         cdef pycudadrv_driver_api* d = driver()
         dev.activate()

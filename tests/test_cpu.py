@@ -115,6 +115,34 @@ def test_stream_arguments_are_checked_before_the_driver_is_needed():
     assert "__cinit__" not in r.stdout + r.stderr
 
 
+def test_event_arguments_are_checked_before_the_driver_is_needed():
+    r = _run_without_driver("""
+        import numpy as np
+        import pycudadrv as cd
+        for call in (lambda: cd.Event("x"), lambda: cd.Event(True, False), lambda: cd.Event(timing="yes"),
+                     lambda: cd.Event(timing=1)):
+            try:
+                call()
+            except cd.ArgumentTypeError as e:
+                print(e)
+        for timing in (False, np.False_):
+            try:
+                cd.Event(timing=timing)
+            except cd.CudaUnavailableError:
+                print("a bool timing reaches the driver")
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "Event takes keywords only: Event(timing=True, device=None), got 1 positional argument ('x')",
+        "Event takes keywords only: Event(timing=True, device=None), got 2 positional arguments (True)",
+        "Event: timing must be True or False, got 'yes'",
+        "Event: timing must be True or False, got 1",
+        "a bool timing reaches the driver",
+        "a bool timing reaches the driver",
+    ]
+    assert "__cinit__" not in r.stdout + r.stderr
+
+
 def test_cuda_error_carries_code_name_description_and_call_and_pickles():
     e = cd.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuMemAlloc", "allocating 8 bytes")
     assert (e.code, e.name, e.call) == (1, "CUDA_ERROR_INVALID_VALUE", "cuMemAlloc")
