@@ -50,7 +50,8 @@ cdef class Event(EventBase):
     cdef int _record_on(self, Stream s) except -1:
         if self._closed:
             raise ClosedError("event is closed")
-        s.ensure_open()
+        if s._closed:
+            s.ensure_open()
         self.device.activate()
         check(driver().p_cuEventRecord(self._handle, s._handle), "cuEventRecord")
         self._recorded = True

@@ -15,7 +15,6 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 
 from pycudadrv._stream cimport Stream
 from pycudadrv._event cimport Event
-from pycudadrv._driver cimport check, driver
 
 from pycudadrv import nvtx
 from pycudadrv._errors import ArgumentTypeError, StateError
@@ -129,21 +128,13 @@ cdef class TimestampsBase:
         return self._new_event()     # the subclass's: a timing event on the stream's device
 
     cdef inline int _record(self, object ev) except -1:
-        """``ev.record(stream)``: for a pycudadrv Event and Stream of one device, the
-        ``cuEventRecord`` straight from here (Event._record_on's checks, inline); anything
-        else (a closed event or stream, another device, a stand-in) through its own methods."""
+        """``ev.record(stream)``: for a pycudadrv Event and Stream of one device, Event's C-level
+        record (``cuEventRecord``, no Python call); anything else (another device, a stand-in)
+        through its own methods."""
         cdef Stream s = self._cstream
-        cdef Event e
-        if s is not None and type(ev) is Event:
-            e = <Event>ev
-            if e.device is s.device and not e._closed and not s._closed:
-                s.device.activate()
-                check(driver().p_cuEventRecord(e._handle, s._handle), "cuEventRecord")
-                e._recorded = True
-                return 0
-            if e.device is s.device:
-                e._record_on(s)          # raises ClosedError, naming what is closed
-                return 0
+        if s is not None and type(ev) is Event and (<Event>ev).device is s.device:
+            (<Event>ev)._record_on(s)
+            return 0
         ev.record(self._stream)
         return 0
 
