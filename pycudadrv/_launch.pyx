@@ -190,7 +190,7 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
                                s._handle, kp, NULL)
         if r != CUDA_SUCCESS:
             raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem,
-                                args if items == NULL else _vec_tuple(items, nitems))
+                                _args_of(args, items, nitems))
         return 0
     cdef Capture cap = s._capture
     cdef CUlaunchConfig cfg
@@ -216,13 +216,13 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
                                    s._handle, kp, NULL)
         if r != CUDA_SUCCESS:
             raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem,
-                                args if items == NULL else _vec_tuple(items, nitems))
+                                _args_of(args, items, nitems))
     else:
         dev_at = _fill_ex(&cfg, attrs, grid, block, shmem, lc, s._handle, pdl, device_updatable)
         r = d.p_cuLaunchKernelEx(&cfg, fn._handle, kp, NULL)
         if r != CUDA_SUCCESS:
             raise _launch_error(r, "cuLaunchKernelEx", fn, grid, block, shmem,
-                                args if items == NULL else _vec_tuple(items, nitems))
+                                _args_of(args, items, nitems))
         if dev_at < _EX_ATTRS:
             devnode = <uintptr_t>attrs[dev_at].value.deviceUpdatableKernelNode.devNode
     if not s._owned:
@@ -230,7 +230,7 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
     if tok is not None:
         _hook.after(tok, fn, s, (grid[0], grid[1], grid[2]), (block[0], block[1], block[2]), shmem)
     if cap is not None:
-        cap.on_launch(fn, grid, block, shmem, tuple(args) if items == NULL else _vec_tuple(items, nitems),
+        cap.on_launch(fn, grid, block, shmem, _args_of(args, items, nitems),
                       <CUgraphDeviceNode>devnode)
     return devnode
 
@@ -500,6 +500,12 @@ cdef extern from *:
 cdef tuple _vec_tuple(PyObject** items, Py_ssize_t n):
     """A tuple of items[0:n] (new references): what the slow paths and the messages take."""
     return tuple([<object>items[k] for k in range(n)])
+
+
+cdef tuple _args_of(object args, PyObject** items, Py_ssize_t n):
+    """issue_launch's arguments as a tuple (for a message or a capture record): ``args``, or, from
+    the generic launch, its caller's array ``items[0:n]``."""
+    return tuple(args) if items == NULL else _vec_tuple(items, n)
 
 
 cdef struct _LaunchKw:
