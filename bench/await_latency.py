@@ -29,6 +29,11 @@ every row) plus the time from completion to the waiter running again.
   ``poll()``-s; one waiter thread (asleep on a condition variable when idle)
   that ``cuEventSynchronize``-s the event (made without blocking sync: the
   driver spin-waits) and writes an eventfd the caller ``poll()``-s.
+* **C waiter+asyncio** -- the same C waiter thread, its eventfd watched by
+  this asyncio loop with a plain ``loop.add_reader`` whose callback drains it
+  and sets an asyncio future's result (the task resumes one loop iteration
+  later, as for any asyncio future): what asyncio's own wake-up adds to the C
+  waiter, with no pycudadrv code on the path.
 
 Samples are taken in blocks: ``--block`` (20) samples of one row in a row,
 the first ``--block-warmup`` (2) of each block discarded, the rows' blocks
@@ -46,8 +51,8 @@ Summary keys (at the longest kernel): ``await_resume_us_median`` /
 ``await_resume_us_p99`` and ``await_cpu_us`` (process CPU us per await) of
 the default mode; ``await_<mode>_us_median`` / ``_p99`` / ``_cpu_us`` for
 ``spin``, ``blocking``, ``host_func``, ``poll``; ``sync_resume_us_*``;
-``await_c_sync_us_*``, ``await_c_host_func_us_*``, ``await_c_waiter_us_*``
-and ``await_c_waiter_cpu_us``; ``await_over_c_waiter`` (default-mode median
+``await_c_sync_us_*``, ``await_c_host_func_us_*``, ``await_c_waiter_us_*``,
+``await_c_waiter_asyncio_us_*`` and ``await_c_waiter_cpu_us``; ``await_over_c_waiter`` (default-mode median
 over the C waiter's median; the target is <= 1.3, with
 ``await_resume_us_p99`` <= 100).
 
@@ -94,7 +99,8 @@ SYNC = "blocking synchronize"
 MODE_ROWS = {"spin": "await, spin", "blocking": "await, blocking", "host_func": "await, host_func",
              "poll": "await, poll"}
 C_ROWS = {"C sync": 0, "C host_func+eventfd": 1, "C waiter+eventfd": 2}     # mode numbers of c_await_floor.c
-ROWS = (SYNC, *MODE_ROWS.values(), *C_ROWS)
+C_ASYNCIO = "C waiter+asyncio"     # the C waiter thread waking this asyncio loop through a plain add_reader
+ROWS = (SYNC, *MODE_ROWS.values(), *C_ROWS, C_ASYNCIO)
 ROW_MODE = {row: mode for mode, row in MODE_ROWS.items()}
 CHANNEL_MODES = ("spin", "blocking", "host_func")     # completions through the channel (--breakdown)
 GAPS = ("launch_to_wait", "wait_to_signal", "signal_to_reader", "reader_to_resume")
@@ -121,6 +127,11 @@ class CAwait:
                                   ctypes.POINTER(ctypes.c_double)]
         lib.await_run.restype = ctypes.c_int
         lib.await_stop.argtypes, lib.await_stop.restype = [], None
+        lib.await_arm.argtypes, lib.await_arm.restype = [P, P, P, P, P], ctypes.c_int
+        for name in ("await_fd", "await_take", "await_signals"):
+            getattr(lib, name).argtypes, getattr(lib, name).restype = [], ctypes.c_int
+        lib.await_elapsed_us.argtypes, lib.await_elapsed_us.restype = [P, P], ctypes.c_double
+        self._fut = None
         rc = lib.await_init(os.environ.get("PYCUDADRV_LIBCUDA", "libcuda.so.1").encode())
         if rc != 0:
             raise BenchSetupError(f"c_await_floor: await_init = {rc}: {lib.await_init_error().decode()}")
@@ -133,6 +144,34 @@ class CAwait:
         if rc != 0:
             raise RuntimeError(f"c_await_floor: await_run(mode {mode}) failed: {rc}")
         return self.out[0], self.cpu[0], self.cpu[1]
+
+    def watch(self, loop):
+        """Make ``loop`` the reader of the C waiter's eventfd (plain ``add_reader``; the callback
+        drains it and sets the pending asyncio future's result: the task steps one iteration later,
+        as with any asyncio future)."""
+        fd = self.lib.await_fd()
+        if fd < 0:
+            raise RuntimeError("c_await_floor: the waiter thread could not be started")
+        loop.add_reader(fd, self._ready)
+        return fd
+
+    def _ready(self):
+        rc = self.lib.await_take()
+        fut, self._fut = self._fut, None
+        if fut is not None and not fut.done():
+            fut.set_result(rc)
+
+    async def sample_asyncio(self, loop, func, stream, params, start, end):
+        """Arm the C waiter (record, launch, record, hand over: ``await_arm``) and await the asyncio
+        future its eventfd's reader resolves; the CUresult (the caller times the await)."""
+        self._fut = fut = loop.create_future()
+        rc = self.lib.await_arm(func, stream, params.address, start, end)
+        if rc != 0:
+            self._fut = None
+            raise RuntimeError(f"c_await_floor: await_arm failed: {rc}")
+        rc = await fut
+        if rc != 0:
+            raise RuntimeError(f"c_await_floor: the waiter's cuEventSynchronize failed: {rc}")
 
 
 def main(argv=None) -> int:
@@ -174,17 +213,21 @@ def main(argv=None) -> int:
         t0 = perf_counter_ns()
         p0 = time.process_time_ns()
         c0 = time.thread_time_ns()
-        start.record(s)
-        spin.launch(1, 32, flag, ns, stream=s)
-        end.record(s)
+        if row == C_ASYNCIO:
+            await c_await.sample_asyncio(loop, spin.handle, s.handle, c_params, start.handle, end.handle)
+        else:
+            start.record(s)
+            spin.launch(1, 32, flag, ns, stream=s)
+            end.record(s)
         if row == SYNC:
             s.synchronize()
-        else:
+        elif row != C_ASYNCIO:
             await aio.wait(s)
         t1 = perf_counter_ns()
         c1 = time.thread_time_ns()
         p1 = time.process_time_ns()
-        gpu_us = cd.Event.elapsed_ms(start, end) * 1e3
+        gpu_us = (c_await.lib.await_elapsed_us(start.handle, end.handle) if row == C_ASYNCIO
+                  else cd.Event.elapsed_ms(start, end) * 1e3)     # (recorded in C: the Events do not know)
         if keep and breakdown is not None and row in ROW_MODE and ROW_MODE[row] in CHANNEL_MODES:
             ch = aio._completer(asyncio.get_running_loop()).channel
             ta, tb, tc = ch._timestamps() if ch is not None else (0, 0, 0)
@@ -198,6 +241,17 @@ def main(argv=None) -> int:
         return (t1 - t0) / 1e3 - gpu_us, (p1 - p0) / 1e3, (c1 - c0) / 1e3
 
     async def run_all():
+        nonlocal loop
+        loop = asyncio.get_running_loop()
+        fd = c_await.watch(loop)
+        try:
+            return await _run_all()
+        finally:
+            loop.remove_reader(fd)
+
+    loop = None
+
+    async def _run_all():
         out = {}
         launches = 0
         for kus in args.kernel_us:
@@ -270,7 +324,8 @@ def main(argv=None) -> int:
                         f"await_{mode}_cpu_us": mean_cpu[row]})
     summary.update({"sync_resume_us_median": med[SYNC], "sync_resume_us_p99": p99(res[SYNC]),
                     "sync_cpu_us": mean_cpu[SYNC]})
-    for key, row in (("c_sync", "C sync"), ("c_host_func", "C host_func+eventfd"), ("c_waiter", "C waiter+eventfd")):
+    for key, row in (("c_sync", "C sync"), ("c_host_func", "C host_func+eventfd"), ("c_waiter", "C waiter+eventfd"),
+                     ("c_waiter_asyncio", C_ASYNCIO)):
         summary.update({f"await_{key}_us_median": med[row], f"await_{key}_us_p99": p99(res[row]),
                         f"await_{key}_cpu_us": mean_cpu[row]})
     summary["await_over_c_waiter"] = med[dflt] / med["C waiter+eventfd"]

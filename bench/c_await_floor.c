@@ -27,6 +27,15 @@
  *                   `samples` samples into out_us; cpu_us[0] = process CPU us per sample (all threads:
  *                   the waiter's spinning included), cpu_us[1] = the calling thread's. 0 or a CUresult
  *                   (or -1 for a system call failure).
+ *   int         await_arm(void* func, void* stream, void** params, void* start, void* end);
+ *                   AWAIT_WAITER without the wait: record, launch, record, hand `end` to the waiter
+ *                   thread and return 0 (or a CUresult); the caller waits on await_fd() itself (the
+ *                   bench's "C waiter+asyncio" row: the same thread woken through asyncio's
+ *                   add_reader), then calls await_take() (the waiter's CUresult; drains the fd).
+ *   int         await_fd(void);                              the eventfd (the waiter started; -1: failed)
+ *   int         await_take(void);
+ *   int         await_signals(void);                         eventfd writes so far (a cheap poll)
+ *   double      await_elapsed_us(void* start, void* end);    cuEventElapsedTime in us (-1 on an error)
  *   void        await_stop(void);                            joins the waiter thread
  */
 #define _GNU_SOURCE
@@ -113,8 +122,11 @@ static CUevent pending;               /* the one pending event (one await at a t
 static CUresult waiter_status;
 static int efd = -1;
 
+static volatile int signals;
+
 static void signal_fd(void) {
     uint64_t one = 1;
+    __atomic_add_fetch(&signals, 1, __ATOMIC_RELEASE);
     ssize_t r;
     do { r = write(efd, &one, sizeof one); } while (r < 0 && errno == EINTR);
     (void)r;
@@ -171,19 +183,66 @@ void await_stop(void) {
     waiter_started = waiter_stop = 0;
 }
 
-int await_run(int mode, void *func, void *stream, void **params, void *start, void *end, int samples,
-              double *out_us, double *cpu_us) {
-    CUstream s = (CUstream)stream;
+static int start_waiter(void) {
     CUresult r;
     if (efd < 0 && (efd = eventfd(0, EFD_CLOEXEC)) < 0)
         return -1;
-    if (mode == AWAIT_WAITER && !waiter_started) {
+    if (!waiter_started) {
         if ((r = p_ctx_get(&waiter_ctx)) != CUDA_SUCCESS)
             return (int)r;
         if (pthread_create(&waiter, NULL, waiter_main, NULL) != 0)
             return -1;
         waiter_started = 1;
     }
+    return 0;
+}
+
+int await_fd(void) { return start_waiter() == 0 ? efd : -1; }
+
+int await_signals(void) { return __atomic_load_n(&signals, __ATOMIC_ACQUIRE); }
+
+int await_arm(void *func, void *stream, void **params, void *start, void *end) {
+    CUstream s = (CUstream)stream;
+    CUresult r;
+    int rc = start_waiter();
+    if (rc != 0)
+        return rc;
+    if ((r = p_record((CUevent)start, s)) != CUDA_SUCCESS)
+        return (int)r;
+    if ((r = p_launch((CUfunction)func, 1, 1, 1, 32, 1, 1, 0, s, params, NULL)) != CUDA_SUCCESS)
+        return (int)r;
+    if ((r = p_record((CUevent)end, s)) != CUDA_SUCCESS)
+        return (int)r;
+    pthread_mutex_lock(&mu);
+    pending = (CUevent)end;
+    pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+double await_elapsed_us(void *start, void *end) {
+    float ms = 0;
+    return p_elapsed(&ms, (CUevent)start, (CUevent)end) == CUDA_SUCCESS ? 1e3 * (double)ms : -1.0;
+}
+
+int await_take(void) {
+    uint64_t n;
+    ssize_t k;
+    do { k = read(efd, &n, sizeof n); } while (k < 0 && errno == EINTR);
+    pthread_mutex_lock(&mu);
+    CUresult r = waiter_status;
+    pthread_mutex_unlock(&mu);
+    return k < 0 ? -1 : (int)r;
+}
+
+int await_run(int mode, void *func, void *stream, void **params, void *start, void *end, int samples,
+              double *out_us, double *cpu_us) {
+    CUstream s = (CUstream)stream;
+    CUresult r;
+    if (efd < 0 && (efd = eventfd(0, EFD_CLOEXEC)) < 0)
+        return -1;
+    if (mode == AWAIT_WAITER && (r = (CUresult)start_waiter()) != 0)
+        return (int)r;
     double p0 = now_us(CLOCK_PROCESS_CPUTIME_ID), c0 = now_us(CLOCK_THREAD_CPUTIME_ID);
     for (int i = 0; i < samples; i++) {
         double t0 = now_us(CLOCK_MONOTONIC);
