@@ -13,9 +13,11 @@ kernel's own GPU time, in microseconds: the launch latency (the same for
 every row) plus the time from completion to the waiter running again.
 
 * **blocking synchronize** -- ``stream.synchronize()`` (``cuStreamSynchronize``).
-* **await, spin** (the default) -- ``await aio.wait(stream)`` with
-  ``aio.set_completion("spin")``: the device's waiter thread
-  ``cuEventSynchronize``-s the event and writes the loop's eventfd.
+* **await, loop** (the default) -- ``await aio.wait(stream)`` with
+  ``aio.set_completion("loop")``: the loop's own thread queries the event
+  (``cuEventQuery``) once per loop iteration while it is pending.
+* **await, spin** -- ``aio.set_completion("spin")``: the device's waiter
+  thread ``cuEventSynchronize``-s the event and writes the loop's eventfd.
 * **await, blocking** -- the same thread, sleeping on a
   ``CU_EVENT_BLOCKING_SYNC`` event recorded behind the work.
 * **await, host_func** -- a private stream waits for the event and runs a
@@ -50,7 +52,7 @@ calling thread's (``time.thread_time``).
 Summary keys (at the longest kernel): ``await_resume_us_median`` /
 ``await_resume_us_p99`` and ``await_cpu_us`` (process CPU us per await) of
 the default mode; ``await_<mode>_us_median`` / ``_p99`` / ``_cpu_us`` for
-``spin``, ``blocking``, ``host_func``, ``poll``; ``sync_resume_us_*``;
+``loop``, ``spin``, ``blocking``, ``host_func``, ``poll``; ``sync_resume_us_*``;
 ``await_c_sync_us_*``, ``await_c_host_func_us_*``, ``await_c_waiter_us_*``,
 ``await_c_waiter_asyncio_us_*`` and ``await_c_waiter_cpu_us``; ``await_over_c_waiter`` (default-mode median
 over the C waiter's median; the target is <= 1.3, with
@@ -96,8 +98,8 @@ extern "C" __global__ void spin(int* flag, long long ns) {
 }
 """
 SYNC = "blocking synchronize"
-MODE_ROWS = {"spin": "await, spin", "blocking": "await, blocking", "host_func": "await, host_func",
-             "poll": "await, poll"}
+MODE_ROWS = {"loop": "await, loop", "spin": "await, spin", "blocking": "await, blocking",
+             "host_func": "await, host_func", "poll": "await, poll"}
 C_ROWS = {"C sync": 0, "C host_func+eventfd": 1, "C waiter+eventfd": 2}     # mode numbers of c_await_floor.c
 C_ASYNCIO = "C waiter+asyncio"     # the C waiter thread waking this asyncio loop through a plain add_reader
 ROWS = (SYNC, *MODE_ROWS.values(), *C_ROWS, C_ASYNCIO)

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """The completion channel of pycudadrv.aio's waiter modes (``"spin"``, ``"blocking"``) and of its
-``"host_func"`` mode: where C threads hand one event loop its finished waits, and that loop's reader.
+``"host_func"`` mode: where C threads hand one event loop its finished waits, and that loop's reader;
+and the loop poller of its ``"loop"`` mode (:class:`LoopPoller`).
 
 A :class:`Channel` is a list of finished (token, CUresult) pairs behind a pthread mutex and an
 ``eventfd(2)`` (a self-pipe where there is none). A waiter thread (``pycudadrv._waiter``) or a host
@@ -22,12 +23,15 @@ from posix.unistd cimport getpid
 from posix.types cimport pid_t
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, make_error
+from pycudadrv._device cimport Device
+from pycudadrv._stream cimport EventBase, captures_active
 
 import os
+from collections import deque
 
 from pycudadrv._errors import ClosedError, StateError
 
-__all__ = ["Channel"]
+__all__ = ["Channel", "LoopPoller"]
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -376,6 +380,107 @@ cdef _resume_all(list out, loop):
         for fut in out[k:]:            # a callback raised SystemExit / KeyboardInterrupt: the rest as usual
             if not fut.done():
                 fut.set_result(None)
+
+
+@cython.final
+cdef class LoopPoller:
+    """The ``"loop"`` completion mode of pycudadrv.aio for one event loop: the loop's own thread asks
+    the driver (``cuEventQuery``) whether the front future of each group has finished, once per loop
+    iteration while any future is pending (a callback that ``loop.call_soon``-s itself again; the
+    loop never sleeps in its selector meanwhile, so one core is busy, as for a blocking
+    ``synchronize()``); with nothing pending it is not scheduled and the loop sleeps.
+
+    A group is a deque of futures that finish in order (one stream's, recorded in that order), or
+    a lone future. A finished future's awaiting tasks are resumed in the same iteration (as
+    :meth:`Channel.ready` does). A future whose event is not a pycudadrv event (or closed, never
+    recorded, or a capture is in progress, when the driver must not be asked), or whose query
+    fails, is asked through its own ``_check()`` (which turns a fault into its error).
+
+    ``LoopPoller(loop, pending, done)``: ``pending``/``done``, the future states of
+    pycudadrv.aio. The loop is held weakly."""
+
+    cdef dict _groups
+    cdef Py_ssize_t _count
+    cdef object _loop
+    cdef bint _scheduled
+    cdef int _pending, _done
+
+    def __cinit__(self, loop, int pending, int done):
+        import weakref
+        self._groups = {}
+        self._loop = weakref.ref(loop)
+        self._pending, self._done = pending, done
+
+    @property
+    def count(self):
+        """The futures not yet seen finished."""
+        return self._count
+
+    def add(self, gf, key):
+        """Watch GpuFuture ``gf`` in group ``key`` (behind that group's earlier futures), and be
+        scheduled (``loop.call_soon``) unless already."""
+        dq = self._groups.get(key)
+        if dq is None:
+            dq = self._groups[key] = deque()
+        dq.append(gf)
+        self._count += 1
+        self._schedule()
+
+    cdef int _schedule(self) except -1:
+        if self._scheduled or not self._count:
+            return 0
+        loop = self._loop()
+        if loop is None or loop.is_closed():
+            return 0
+        loop.call_soon(self.run)
+        self._scheduled = True
+        return 0
+
+    cdef int _finished(self, gf, loop, list out) except -1:
+        """1 if ``gf`` is finished now (finishing it), 0 if not."""
+        cdef EventBase ev
+        cdef CUresult r
+        if gf._state != self._pending:
+            return 1
+        e = gf._event
+        if isinstance(e, EventBase) and not captures_active():
+            ev = <EventBase>e
+            if not ev._closed and ev._recorded:
+                ev.device.activate()
+                r = driver().p_cuEventQuery(ev._handle)
+                if r == CUDA_ERROR_NOT_READY:
+                    return 0
+                if r == CUDA_SUCCESS:
+                    gf._finish(self._done, loop, out)
+                    return 1
+        return 1 if gf._check() else 0
+
+    def run(self):
+        """One sweep (the loop's callback): finish what has finished, each group's front first,
+        resume the tasks awaiting those, and be scheduled again while any future is pending."""
+        self._scheduled = False
+        loop = self._loop()
+        if loop is None:
+            return
+        out = []
+        try:
+            for key in list(self._groups):
+                dq = self._groups[key]
+                while dq:
+                    if not self._finished(dq[0], loop, out):
+                        break
+                    dq.popleft()
+                    self._count -= 1
+                if not dq:
+                    del self._groups[key]
+        finally:
+            try:
+                _resume_all(out, loop)
+            finally:
+                self._schedule()
+
+    def __repr__(self):
+        return f"<aio loop poller, {self._count} pending>"
 
 
 def _set_timing(bint on):

@@ -4,9 +4,9 @@ from typing import Any, final
 from pycudadrv._device import Device
 from pycudadrv._stream import EventBase
 
-__all__ = ["Channel", "Waiter", "waiter_for", "stop_all", "error"]
+__all__ = ["Channel", "LoopPoller", "Waiter", "waiter_for", "stop_all", "error"]
 
-from pycudadrv._channel import Channel as Channel, _set_timing as _set_timing
+from pycudadrv._channel import Channel as Channel, LoopPoller as LoopPoller, _set_timing as _set_timing
 
 @final
 class Waiter:

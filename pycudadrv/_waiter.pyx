@@ -36,10 +36,10 @@ import atexit
 import os
 from collections import deque
 
-from pycudadrv._channel import _set_timing
+from pycudadrv._channel import LoopPoller, _set_timing
 from pycudadrv._errors import ArgumentValueError, ClosedError, StateError
 
-__all__ = ["Channel", "Waiter", "waiter_for", "stop_all", "error"]
+__all__ = ["Channel", "LoopPoller", "Waiter", "waiter_for", "stop_all", "error"]
 
 
 cdef extern from "cuda.h" nogil:

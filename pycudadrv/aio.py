@@ -8,31 +8,29 @@
 ...     fut = aio.launch(fn, grid, block, y, x, n, lazy=True)   # nothing launched yet
 ...     await fut                                        # launched here; a launch error raises here
 
-Nothing blocks a thread per pending future. Completion comes one of four ways
-(:func:`set_completion`; the default from ``PYCUDADRV_AIO_COMPLETION``, else
-``"spin"``):
+Nothing blocks a thread per pending future. Completion comes one of five ways (:func:`set_completion`; the
+default from ``PYCUDADRV_AIO_COMPLETION``, else ``"loop"``):
 
-* ``"spin"`` (default): one native waiter thread per device
-  (``pycudadrv._waiter``, no GIL) takes the pending events in the order they
-  were armed and waits for each (``cuEventSynchronize``; the driver
-  spin-waits for these events, made without ``CU_EVENT_BLOCKING_SYNC``), then
-  writes an eventfd the loop watches (``loop.add_reader``). A core is busy
-  only while awaited work is pending; idle, the thread sleeps on a condition
-  variable.
-* ``"blocking"``: the same thread, but it sleeps in the driver until the GPU
-  is done (a ``CU_EVENT_BLOCKING_SYNC`` event recorded behind the work on a
-  private stream): saves the core, costs wake-up latency.
-* ``"host_func"``: the stream's event is waited for by a private signal
-  stream (one per user stream, so the user's stream never waits for Python),
-  which runs a host function (``cuLaunchHostFunc``) on a driver thread; it
-  is C and never takes the GIL (it writes the loop's eventfd, as the waiter
-  thread does), so it cannot deadlock against a driver call the interpreter
-  makes meanwhile with the GIL held. The driver skips host functions
-  once the context has faulted, so a slow watchdog (``cuEventQuery`` every
+* ``"loop"`` (default): the event loop's own thread asks the driver (``cuEventQuery``, in C:
+  ``pycudadrv._channel.LoopPoller``) whether the awaited work has finished, once per loop iteration while
+  any is pending, and resumes the awaiting tasks in that iteration: no thread wake-up on the path. The loop
+  does not sleep meanwhile (one core busy, as a blocking ``synchronize()`` costs; other tasks and I/O run
+  as usual); idle, it sleeps. It holds the GIL while it spins: with busy Python threads, choose ``"spin"``.
+* ``"spin"``: one native waiter thread per device (``pycudadrv._waiter``, no GIL) takes the pending events
+  in the order they were armed and waits for each (``cuEventSynchronize``; the driver spin-waits for these
+  events, made without ``CU_EVENT_BLOCKING_SYNC``), then writes an eventfd the loop watches
+  (``loop.add_reader``). A core is busy only while awaited work is pending; idle, the thread sleeps on a
+  condition variable, and the loop sleeps in its selector until the eventfd wakes it.
+* ``"blocking"``: the same thread, but it sleeps in the driver until the GPU is done (a
+  ``CU_EVENT_BLOCKING_SYNC`` event recorded behind the work on a private stream): saves the core, costs
+  wake-up latency.
+* ``"host_func"``: the stream's event is waited for by a private signal stream (one per user stream, so the
+  user's stream never waits for Python), which runs a host function (``cuLaunchHostFunc``) on a driver
+  thread; it is C and never takes the GIL (it writes the loop's eventfd, as the waiter thread does). The
+  driver skips host functions once the context has faulted, so a slow watchdog (``cuEventQuery`` every
   ``watchdog_ms``) finds faults.
-* ``"poll"``: one task per event loop queries the pending events
-  (``cuEventQuery``), yielding to the loop between sweeps: with
-  ``asyncio.sleep(0)`` for ``spin_us`` after the last completion, then every
+* ``"poll"``: one task per event loop queries the pending events (``cuEventQuery``), yielding to the loop
+  between sweeps: with ``asyncio.sleep(0)`` for ``spin_us`` after the last completion, then every
   ``interval_ms``.
 
 ``bench/await_latency.py`` measures every mode (median and p99 of completion to resumption, CPU per await)
@@ -72,12 +70,12 @@ __all__ = ["GpuFuture", "DevicePolicy", "wait", "launch", "submit", "policy", "s
            "get_completion"]
 
 _PENDING, _DONE, _FAILED, _DEFERRED = 0, 1, 2, 3
-_MODES = ("spin", "blocking", "host_func", "poll")
+_MODES = ("loop", "spin", "blocking", "host_func", "poll")
 _WAITER_MODES = ("spin", "blocking")
 _NO_REF = type(None)      # called, as a dead weakref is: None
 
 
-_config = {"mode": env_word("PYCUDADRV_AIO_COMPLETION", _MODES, "spin"), "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
+_config = {"mode": env_word("PYCUDADRV_AIO_COMPLETION", _MODES, "loop"), "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
 _events: dict = {}          # device ordinal -> [Event(timing=False)] ready for reuse
 _signal_streams: dict = {}  # user stream handle -> private signal Stream (host_func mode)
 _misc_signal: dict = {}     # device ordinal -> [Streams] for events of unknown streams, and a turn counter
@@ -88,14 +86,12 @@ _last_completer = _NO_REF   # a weakref of the completer _completer() returned l
 
 def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None, spin_us: float | None = None,
                    interval_ms: float | None = None) -> dict:
-    """Choose how awaited work reports completion: ``"spin"`` (default),
-    ``"blocking"``, ``"host_func"`` or ``"poll"`` (see the module docs), and
-    the timings of the last two in ms / us (``watchdog_ms``: host_func's fault
-    watchdog; ``spin_us``, ``interval_ms``: poll's). Returns the previous
-    settings (a dict; ``set_completion(**prev)`` restores them). Applies to
-    futures armed from now on. Raises ArgumentValueError for an unknown mode
-    or a time that is not a positive finite number; a refused call changes
-    nothing."""
+    """Choose how awaited work reports completion: ``"loop"`` (default), ``"spin"``, ``"blocking"``,
+    ``"host_func"`` or ``"poll"`` (module docs), and the timings of the last two in ms / us
+    (``watchdog_ms``: host_func's fault watchdog; ``spin_us``, ``interval_ms``: poll's). Returns the
+    previous settings (a dict; ``set_completion(**prev)`` restores them). Applies to futures armed from
+    now on. Raises ArgumentValueError for an unknown mode or a time that is not a positive finite
+    number; a refused call changes nothing."""
     prev = dict(_config)
     new = dict(_config)          # every argument is checked before any takes effect
     if mode is not None:
@@ -357,6 +353,7 @@ class _Completer:
         self.timer = self.task = _NO_REF   # weakrefs (either holds the loop): the watchdog, the polling task
         self.count, self.last_progress = 0, 0.0
         self.channel = None     # where the waiter threads hand over finished waits (spin, blocking)
+        self.poller = _waiter.LoopPoller(loop, _PENDING, _DONE)   # the "loop" mode's (C; scheduled while pending)
         self.waits = {}         # token -> GpuFuture, while a waiter thread waits for it
         self.signaled = {}      # token -> GpuFuture, until its host function ran (host_func mode)
         self.tokens = itertools.count(1)   # a token per armed wait or host function
@@ -372,6 +369,9 @@ class _Completer:
             return
         gf._armed = self._loop
         key = gf._key = gf.stream.handle if (gf._ordered and gf.stream is not None) else id(gf)
+        if mode == "loop":
+            self.poller.add(gf, key)
+            return
         dq = self.groups.get(key)
         if dq is None:
             dq = self.groups[key] = deque()

@@ -110,7 +110,7 @@ class FlagWaiter:
         _waiter.waiter_for(None).submit_flag(ev.flag.ctypes.data, channel, token)
 
 
-MODES = ["spin", "blocking", "host_func", "poll"]
+MODES = ["loop", "spin", "blocking", "host_func", "poll"]
 
 
 @pytest.fixture(params=MODES)
@@ -334,15 +334,16 @@ def test_the_default_policy_takes_its_streams_in_turn(fake):
 
 # --- the waiter thread (CPU: the test waiter spins on host flags) ------------------------------
 
-def test_the_default_mode_is_spin_and_the_environment_chooses_another(monkeypatch):
+def test_the_default_mode_is_loop_and_the_environment_chooses_another(monkeypatch):
     script = "from pycudadrv import aio; print(aio.get_completion()['mode'])"
-    for value, want in ((None, "spin"), ("blocking", "blocking"), (" Host_Func ", "host_func"), ("busy", "spin")):
+    for value, want in ((None, "loop"), ("blocking", "blocking"), (" Host_Func ", "host_func"), ("busy", "loop"),
+                        ("spin", "spin")):
         env = {k: v for k, v in os.environ.items() if k != "PYCUDADRV_AIO_COMPLETION"}
         if value is not None:
             env["PYCUDADRV_AIO_COMPLETION"] = value
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_child_env(env))
         assert r.returncode == 0 and r.stdout.strip() == want, r.stderr
-        assert ("is not one of spin, blocking, host_func, poll" in r.stderr) == (value == "busy")
+        assert ("is not one of loop, spin, blocking, host_func, poll" in r.stderr) == (value == "busy")
 
 
 def _child_env(env=None):
@@ -395,6 +396,82 @@ def test_a_task_awaiting_the_waiter_resumes_in_the_loop_iteration_that_reads_the
     seen = run(main())
     assert [what for what, _ in seen] == ["read", "resumed"] * 3
     assert [t for _, t in seen[0::2]] == [t for _, t in seen[1::2]]
+
+
+def _count_selects(loop):
+    """Wrap ``loop``'s selector: returns the list of timeouts it is polled with from now on."""
+    timeouts, select = [], loop._selector.select
+
+    def counted(timeout=None):
+        timeouts.append(timeout)
+        return select(timeout)
+    loop._selector.select = counted
+    return timeouts
+
+
+def test_the_loop_mode_keeps_the_loop_awake_only_while_an_await_is_pending(fake):
+    # "loop": the poller runs every iteration while a future is pending (the selector is polled with
+    # timeout 0, other tasks run), and is not scheduled once nothing is (the loop sleeps again).
+    if fake != "loop":
+        pytest.skip(f"checks the loop mode's poller; this run is the {fake!r} mode")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ticks = [0]
+
+        async def ticker():
+            while True:
+                ticks[0] += 1
+                await asyncio.sleep(0)
+        t = loop.create_task(ticker())
+        await asyncio.sleep(0)
+        t.cancel()
+        poller = aio._completer(loop).poller
+        out = []
+        for _ in range(2):                       # twice: the poller stops and starts again
+            timeouts = _count_selects(loop)
+            fut = aio.wait(FakeStream())
+            loop.call_later(0.01, complete, fut.event)
+            pending = poller.count
+            await fut
+            busy = list(timeouts)
+            await asyncio.sleep(0.01)            # idle: one sleeping select, not a spin
+            idle = timeouts[len(busy):]
+            del loop._selector.select
+            out.append((pending, poller.count, busy, idle))
+        return out
+    for pending, after, busy, idle in run(main()):
+        assert pending == 1 and after == 0
+        assert len(busy) > 10 and busy.count(0) >= len(busy) - 2     # polled, not slept, while pending
+        assert 1 <= len(idle) <= 3 and max(idle) > 0.005              # then the loop sleeps
+
+
+def test_the_loop_mode_lets_other_tasks_run_and_finishes_a_stream_s_futures_in_order(fake):
+    if fake != "loop":
+        pytest.skip(f"checks the loop mode's poller; this run is the {fake!r} mode")
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        ticks = [0]
+
+        async def ticker():
+            while True:
+                ticks[0] += 1
+                await asyncio.sleep(0)
+        t = loop.create_task(ticker())
+        s = FakeStream()
+        futs = [aio.wait(s) for _ in range(4)]
+        loop.call_later(0.005, complete, futs[0].event, futs[1].event)
+        await futs[1]
+        ticks_at_1 = ticks[0]
+        early = [f.done() for f in futs]
+        loop.call_later(0.005, complete, futs[2].event, futs[3].event)
+        await asyncio.gather(*futs)
+        t.cancel()
+        return ticks_at_1, early, [f.done() for f in futs]
+    ticks_at_1, early, final = run(main())
+    assert ticks_at_1 > 10                                    # the ticker ran while the loop polled
+    assert early == [True, True, False, False] and final == [True] * 4
 
 
 def test_the_breakdown_stamps_of_a_wake_up_are_taken_only_while_timing_is_on(fake):
@@ -1040,6 +1117,105 @@ def test_the_waiter_thread_reports_pending_work_and_sleeps_after(mod, rng, compl
             np.testing.assert_array_equal(y.to_numpy(), x_h)
     finally:
         aio.set_completion(**prev)
+
+
+@pytest.mark.gpu
+def test_the_loop_mode_polls_only_while_a_kernel_is_pending(mod, rng):
+    n = 256
+    fn = mod.function("affine")
+    prev = aio.set_completion("loop")
+
+    async def main(y, x, a, b):
+        loop = asyncio.get_running_loop()
+        s = cd.Stream()
+        gate = threading.Event()
+        s.launch_host_func(lambda: gate.wait(10))      # the kernel stays pending until the gate opens
+        fut = aio.launch(fn, 1, n, y, x, a, b, n, stream=s)
+        poller = aio._completer(loop).poller
+        pending = (poller.count, fut.done())
+        loop.call_later(0.02, gate.set)
+        await fut
+        return pending, poller.count, y.to_numpy(stream=s)
+    try:
+        for _ in range(2):
+            x_h = rng.standard_normal(n).astype(np.float32)
+            a, b = (float(v) for v in rng.uniform(-2, 2, 2).astype(np.float32))
+            x = cd.Buffer.from_numpy(x_h)
+            y = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+            cd.Device(0).synchronize()
+            pending, after, got = asyncio.run(main(y, x, a, b))
+            assert pending == (1, False) and after == 0
+            np.testing.assert_allclose(got, np.float64(a) * x_h + b, rtol=1e-5, atol=1e-5)
+    finally:
+        aio.set_completion(**prev)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("capture_mode", ["thread_local", "global"])
+def test_a_loop_mode_await_pending_through_a_capture_leaves_the_capture_valid(mod, rng, capture_mode):
+    # The poller must not call cuEventQuery while a capture forbids it (the driver would invalidate
+    # the capture): it waits until the capture ends, then finishes the future.
+    n = 256
+    fn = mod.function("affine")
+    x_h = rng.standard_normal(n).astype(np.float32)
+    x = cd.Buffer.from_numpy(x_h)
+    y = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+    z = cd.Buffer.from_numpy(np.full(n, np.nan, np.float32))
+    cd.Device(0).synchronize()
+    prev = aio.set_completion("loop")
+
+    async def main():
+        s, s2 = cd.Stream(), cd.Stream()
+        gate = threading.Event()
+        s.launch_host_func(lambda: gate.wait(10))
+        fut = aio.launch(fn, 1, n, y, x, 2.0, 1.0, n, stream=s)          # y = 2x + 1, pending
+        with s2.capture(mode=capture_mode) as graph:
+            fn.launch(1, n, z, x, -1.0, 0.5, n, stream=s2)                 # z = -x + 0.5, captured
+            gate.set()
+            for _ in range(50):
+                await asyncio.sleep(0)                                    # the poller runs meanwhile
+            during = fut.done()
+        await fut
+        graph.launch(s2)
+        return during, y.to_numpy(stream=s), z.to_numpy(stream=s2)
+    try:
+        during, got_y, got_z = asyncio.run(main())
+    finally:
+        aio.set_completion(**prev)
+    assert during is False                   # (not asked during the capture)
+    np.testing.assert_allclose(got_y, 2.0 * x_h.astype(np.float64) + 1.0, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got_z, -x_h.astype(np.float64) + 0.5, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_a_loop_mode_await_of_an_event_closed_while_pending_raises_the_closed_error(mod):
+    n = 256
+    y = cd.Buffer.zeros(n, np.float32)
+    prev = aio.set_completion("loop")
+
+    async def main():
+        s = cd.Stream()
+        gate = threading.Event()
+        s.launch_host_func(lambda: gate.wait(10))
+        mod.function("affine").launch(1, n, y, y, 1.0, 1.0, n, stream=s)
+        ev = cd.Event()
+        ev.record(s)
+        fut = aio.wait(ev)
+        await asyncio.sleep(0)
+        ev.close()
+        gate.set()
+        try:
+            await fut
+        except cd.ClosedError as e:
+            return e
+        return None
+    try:
+        for _ in range(2):
+            err = asyncio.run(main())
+            assert isinstance(err, cd.ClosedError) and "closed" in str(err)
+    finally:
+        aio.set_completion(**prev)
+    cd.Device(0).synchronize()
 
 
 @pytest.mark.gpu
