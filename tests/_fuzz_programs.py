@@ -5,7 +5,7 @@ device arrays ("slots"), run two ways and compared bit for bit.
   several streams ordered by events, generic, prepared (``bind``,
   ``set_arg``, ``launch_on``) and sequence launches, captured graphs replayed,
   device loops, a Queue's DAG (its own streams, its own ordering), awaited
-  launches, frees and re-allocations while other streams still use the
+  launches (each aio segment in a random completion mode), frees and re-allocations while other streams still use the
   memory, stream closes, views, and slots owned by PyTorch or CuPy (when
   installed; else by wrappers that export only CAI v3 or only DLPack), written
   by their library on its own side stream and read by pycudadrv kernels inside
@@ -93,6 +93,7 @@ class Segment:
     stream: int = 0             # the user stream it runs on (eager/graph/loop/sequence/aio)
     paths: list = field(default_factory=list)   # per op for eager: generic | prepared | set_arg | launch_on | view
     qstreams: int = 2
+    completion: str = "loop"    # aio: the completion mode its awaits use
 
 
 @dataclass
@@ -159,6 +160,8 @@ def make_program(seed, n_segments=10, foreign_kinds=("cai3", "dlpack")):
         seg = Segment(how, ops, repeat=int(rng.integers(1, 4)), stream=int(rng.integers(3)),
                       qstreams=int(rng.choice([1, 2, 4])))
         seg.paths = [str(rng.choice(["generic", "prepared", "set_arg", "launch_on", "view"])) for _ in ops]
+        if how == "aio":
+            seg.completion = str(rng.choice(["loop", "loop", "spin", "blocking", "host_func", "poll"]))
         segs.append(seg)
     return Program(seed, init, foreign, segs)
 
@@ -493,7 +496,11 @@ class Subject:
                 else:
                     await aio.launch(self.comb, g, 256, sl[op.dst].arg(), sl[op.srcs[0]].arg(), sl[op.srcs[1]].arg(),
                                      N, stream=s)
-        asyncio.run(main())
+        prev = aio.set_completion(seg.completion)
+        try:
+            asyncio.run(main())
+        finally:
+            aio.set_completion(**prev)
         self._mark_all(s, seg.ops)
         self._check_guards(s)
 
