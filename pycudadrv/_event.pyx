@@ -44,15 +44,16 @@ cdef class Event(EventBase):
     def record(self, stream=None):
         """Record the event on ``stream`` (the device's default stream if None)
         (``cuEventRecord``); returns self."""
-        self._record_on(resolve_stream(stream, self.device))
+        self._record_on(resolve_stream(stream, self.device), True)
         return self
 
-    cdef int _record_on(self, Stream s) except -1:
+    cdef int _record_on(self, Stream s, bint activate) except -1:
         if self._closed:
             raise ClosedError("event is closed")
         if s._closed:
             s.ensure_open()
-        self.device.activate()
+        if activate:
+            self.device.activate()
         check(driver().p_cuEventRecord(self._handle, s._handle), "cuEventRecord")
         self._recorded = True
         return 0

@@ -410,7 +410,7 @@ cdef int wait_event(object s, object ev) except -1:
 
 cdef int record_event(object ev, object s) except -1:
     if type(ev) is Event and type(s) is Stream:
-        (<Event>ev)._record_on(<Stream>s)
+        (<Event>ev)._record_on(<Stream>s, True)
     else:
         ev.record(s)
     return 0

@@ -69,6 +69,7 @@ cdef class TimestampsBase:
     putting back never resizes a list, so a steady loop allocates nothing."""
     cdef object _stream
     cdef Stream _cstream             # _stream when it is a pycudadrv Stream (events recorded from C), else None
+    cdef bint _ctx_free              # _cstream has a real handle: a record on it needs no current context
     cdef public list _passes         # entries not yet requested, in order of start
     cdef list _open_stack            # the open passes, innermost last: the first _depth items
     cdef Py_ssize_t _depth
@@ -107,6 +108,8 @@ cdef class TimestampsBase:
     def stream(self, value):
         self._stream = value
         self._cstream = <Stream>value if type(value) is Stream else None
+        # a real handle (not NULL, CU_STREAM_LEGACY 1, CU_STREAM_PER_THREAD 2) names its context
+        self._ctx_free = self._cstream is not None and <size_t>self._cstream._handle > 2
 
     @property
     def _open(self):
@@ -127,13 +130,15 @@ cdef class TimestampsBase:
             return self._pool[self._pool_n]      # the list keeps its reference: it never shrinks
         return self._new_event()     # the subclass's: a timing event on the stream's device
 
-    cdef inline int _record(self, object ev) except -1:
+    cdef inline int _record(self, object ev, bint entering) except -1:
         """``ev.record(stream)``: for a pycudadrv Event and Stream of one device, Event's C-level
-        record (``cuEventRecord``, no Python call); anything else (another device, a stand-in)
-        through its own methods."""
+        record (``cuEventRecord``, no Python call), making the device current on entry only: the
+        exit's record on a real stream handle needs no current context (a record takes the
+        stream's; the NULL, legacy and per-thread handles keep the check). Anything else (another
+        device, a stand-in) through its own methods."""
         cdef Stream s = self._cstream
         if s is not None and type(ev) is Event and (<Event>ev).device is s.device:
-            (<Event>ev)._record_on(s)
+            (<Event>ev)._record_on(s, entering or not self._ctx_free)
             return 0
         ev.record(self._stream)
         return 0
@@ -143,7 +148,7 @@ cdef class TimestampsBase:
     cdef int _begin(self, str label) except -1:
         cdef list entry
         ev = self._event()
-        self._record(ev)
+        self._record(ev, True)
         if self._entry_n:
             self._entry_n -= 1
             entry = <list>self._entry_pool[self._entry_n]
@@ -169,7 +174,7 @@ cdef class TimestampsBase:
             raise StateError("Timestamps: a pass was left that is not open (its __exit__ called twice, or "
                              "without __enter__); nothing was recorded")
         ev = self._event()
-        self._record(ev)
+        self._record(ev, False)
         self._depth -= 1
         cdef list entry = <list>self._open_stack[self._depth]
         _set(entry, 2, ev)
