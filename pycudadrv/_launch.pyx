@@ -22,7 +22,9 @@ from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, m
                                  args_summary, pycudadrv_arena_layout,
                                  pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
                                  pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
-                                 pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY, FLOAT, BYTES)
+                                 pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY, FLOAT, BYTES,
+                                 pycudadrv_argcache, pycudadrv_argcache_zero, pycudadrv_argcache_init,
+                                 pycudadrv_argcache_release)
 
 import numpy as np
 from pycudadrv import _signature
@@ -110,14 +112,7 @@ cdef Function make_function(CUfunction handle, str name, object module, Device d
 
 cdef void _free_kept(Function f) noexcept:
     """Drop the scalar objects a generic launch kept (and the arena's readiness with them)."""
-    cdef int k
-    if f._keep != NULL:
-        for k in range(f._nkeep):
-            if f._keep[k] != NULL:
-                Py_DECREF(<object>f._keep[k])
-        free(f._keep)
-    f._keep = NULL
-    f._nkeep = 0
+    pycudadrv_argcache_release(&f._args)
     f._arena_ready = False
 
 
@@ -345,8 +340,7 @@ cdef class Function(KernelBase):
     def __cinit__(self, *args, **kwargs):
         pycudadrv_arena_init(&self._arena)
         self._arena_ready = False
-        self._keep = NULL
-        self._nkeep = 0
+        pycudadrv_argcache_zero(&self._args)
         self._busy = False
 
     def __dealloc__(self):
@@ -613,7 +607,7 @@ cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyO
             _ready_arena(fn, n)
         fn._busy = True
         try:
-            kp = marshal_cached(&fn._arena, lay, items, n, fn._keep, s)
+            kp = marshal_cached(&fn._arena, lay, items, n, &fn._args, s)
             fn.device.activate()
             issue_launch(fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, False, items, n)
         finally:
@@ -629,11 +623,10 @@ cdef int _ready_arena(Function fn, Py_ssize_t n) except -1:
     """Lay the function's own arena out for its parameters (the cache of the generic launch)."""
     cdef ParamLayout lay = fn.layout
     fn._drop_cache()
-    fn._keep = <void**>calloc(max(n, 1), sizeof(void*))
-    if fn._keep == NULL or (n and pycudadrv_arena_layout(
+    if pycudadrv_argcache_init(&fn._args, n) != 0 or (n and pycudadrv_arena_layout(
             &fn._arena, <const unsigned char*>&lay.specs[0].size, sizeof(ParamSpec), <uint32_t>n) != 0):
+        pycudadrv_argcache_release(&fn._args)
         raise MemoryError("kernel argument arena")
-    fn._nkeep = n
     fn._arena_ready = True
     return 0
 
