@@ -24,7 +24,7 @@ from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, m
                                  pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
                                  pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY, FLOAT, BYTES,
                                  pycudadrv_argcache, pycudadrv_argcache_zero, pycudadrv_argcache_init,
-                                 pycudadrv_argcache_release)
+                                 pycudadrv_argcache_release, pycudadrv_pick_first_diff, pycudadrv_first_diff_plain)
 
 import numpy as np
 from pycudadrv import _signature
@@ -629,6 +629,25 @@ cdef int _ready_arena(Function fn, Py_ssize_t n) except -1:
         raise MemoryError("kernel argument arena")
     fn._arena_ready = True
     return 0
+
+
+def _first_diff_for_tests(list a, list b, Py_ssize_t start):
+    """(the scan marshal_cached uses on this CPU, the plain C scan): each the first index k >=
+    ``start`` with ``a[k] is not b[k]`` (identity), or the common length. For the CPU tests."""
+    cdef Py_ssize_t k, n = min(len(a), len(b))
+    cdef void** pa = <void**>calloc(max(n, 1), sizeof(void*))
+    cdef void** pb = <void**>calloc(max(n, 1), sizeof(void*))
+    try:
+        if pa == NULL or pb == NULL:
+            raise MemoryError()
+        for k in range(n):
+            pa[k] = <void*>a[k]
+            pb[k] = <void*>b[k]
+        start = min(max(start, 0), n)
+        return pycudadrv_pick_first_diff()(pa, pb, start, n), pycudadrv_first_diff_plain(pa, pb, start, n)
+    finally:
+        free(pa)
+        free(pb)
 
 
 cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned int shmem, Stream s,
