@@ -544,6 +544,9 @@ cdef int _launch_keywords(Function fn, _LaunchKw* kw, PyObject** values, PyObjec
     return 0
 
 
+cdef str _KW_STREAM = "stream"      # interned, as the names of a caller's keywords are
+
+
 cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
     """Function.launch(grid, block, *args, **keywords) as METH_FASTCALL | METH_KEYWORDS: the
     kernel's arguments are read from the caller's array in place."""
@@ -563,7 +566,10 @@ cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyO
     kw.block = argv[1] if nargs >= 2 else NULL
     kw.cooperative = kw.programmatic_dependent = kw.attrs = False
     if kwnames != NULL:
-        _launch_keywords(fn, &kw, argv + nargs, kwnames)
+        if _tuple_size(kwnames) == 1 and _tuple_get(kwnames, 0) == <PyObject*>_KW_STREAM:
+            kw.stream = argv[nargs]         # stream= alone (the caller's interned name: one compare)
+        else:
+            _launch_keywords(fn, &kw, argv + nargs, kwnames)
     if kw.grid == NULL or kw.block == NULL:
         raise ArgumentTypeError(f"launch() takes at least 2 positional arguments ({nargs} given): "
                                 f"fn.launch(grid, block, *args, shared_mem_bytes=0, stream=None, ...)")
