@@ -5,18 +5,17 @@ from pycudadrv._driver cimport Lifetime
 from pycudadrv._kernel cimport KernelBase
 from pycudadrv._device cimport Device
 from pycudadrv._stream cimport Stream
-from pycudadrv._marshal cimport ParamLayout, ParamSpec, pycudadrv_arena
+from pycudadrv._marshal cimport ParamLayout, ParamSpec, pycudadrv_arena, pycudadrv_argcache
 
 cdef class Function(KernelBase):
     cdef readonly object module
     cdef Stream _default_stream
     cdef ParamLayout layout
-    # Generic launches of a known layout marshal into this arena, repacking only the
-    # arguments that are not the previous call's very (immutable) objects.
+    # Generic launches of a known layout marshal into this arena, repacking only the Buffers and
+    # the arguments that are not the previous call's very (immutable) objects.
     cdef pycudadrv_arena _arena
     cdef bint _arena_ready
-    cdef void** _keep               # per parameter: the scalar object packed last (owned), or NULL
-    cdef int _nkeep
+    cdef pycudadrv_argcache _args   # the objects packed last (owned scalars, borrowed Buffer addresses)
     cdef bint _busy                 # a launch is packing into _arena (Python code may run there)
     cdef unsigned long _layout_version   # counts set_signature calls (TritonLaunchBase's plans follow it)
 

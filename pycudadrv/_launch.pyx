@@ -22,7 +22,9 @@ from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, m
                                  args_summary, pycudadrv_arena_layout,
                                  pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
                                  pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
-                                 pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY, FLOAT, BYTES)
+                                 pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY, FLOAT, BYTES,
+                                 pycudadrv_argcache, pycudadrv_argcache_zero, pycudadrv_argcache_init,
+                                 pycudadrv_argcache_release, pycudadrv_pick_first_diff, pycudadrv_first_diff_plain)
 
 import numpy as np
 from pycudadrv import _signature
@@ -110,14 +112,7 @@ cdef Function make_function(CUfunction handle, str name, object module, Device d
 
 cdef void _free_kept(Function f) noexcept:
     """Drop the scalar objects a generic launch kept (and the arena's readiness with them)."""
-    cdef int k
-    if f._keep != NULL:
-        for k in range(f._nkeep):
-            if f._keep[k] != NULL:
-                Py_DECREF(<object>f._keep[k])
-        free(f._keep)
-    f._keep = NULL
-    f._nkeep = 0
+    pycudadrv_argcache_release(&f._args)
     f._arena_ready = False
 
 
@@ -345,8 +340,7 @@ cdef class Function(KernelBase):
     def __cinit__(self, *args, **kwargs):
         pycudadrv_arena_init(&self._arena)
         self._arena_ready = False
-        self._keep = NULL
-        self._nkeep = 0
+        pycudadrv_argcache_zero(&self._args)
         self._busy = False
 
     def __dealloc__(self):
@@ -550,6 +544,9 @@ cdef int _launch_keywords(Function fn, _LaunchKw* kw, PyObject** values, PyObjec
     return 0
 
 
+cdef str _KW_STREAM = "stream"      # interned, as the names of a caller's keywords are
+
+
 cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
     """Function.launch(grid, block, *args, **keywords) as METH_FASTCALL | METH_KEYWORDS: the
     kernel's arguments are read from the caller's array in place."""
@@ -569,7 +566,10 @@ cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyO
     kw.block = argv[1] if nargs >= 2 else NULL
     kw.cooperative = kw.programmatic_dependent = kw.attrs = False
     if kwnames != NULL:
-        _launch_keywords(fn, &kw, argv + nargs, kwnames)
+        if _tuple_size(kwnames) == 1 and _tuple_get(kwnames, 0) == <PyObject*>_KW_STREAM:
+            kw.stream = argv[nargs]         # stream= alone (the caller's interned name: one compare)
+        else:
+            _launch_keywords(fn, &kw, argv + nargs, kwnames)
     if kw.grid == NULL or kw.block == NULL:
         raise ArgumentTypeError(f"launch() takes at least 2 positional arguments ({nargs} given): "
                                 f"fn.launch(grid, block, *args, shared_mem_bytes=0, stream=None, ...)")
@@ -613,7 +613,7 @@ cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyO
             _ready_arena(fn, n)
         fn._busy = True
         try:
-            kp = marshal_cached(&fn._arena, lay, items, n, fn._keep, s)
+            kp = marshal_cached(&fn._arena, lay, items, n, &fn._args, s)
             fn.device.activate()
             issue_launch(fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, False, items, n)
         finally:
@@ -629,13 +629,31 @@ cdef int _ready_arena(Function fn, Py_ssize_t n) except -1:
     """Lay the function's own arena out for its parameters (the cache of the generic launch)."""
     cdef ParamLayout lay = fn.layout
     fn._drop_cache()
-    fn._keep = <void**>calloc(max(n, 1), sizeof(void*))
-    if fn._keep == NULL or (n and pycudadrv_arena_layout(
+    if pycudadrv_argcache_init(&fn._args, n) != 0 or (n and pycudadrv_arena_layout(
             &fn._arena, <const unsigned char*>&lay.specs[0].size, sizeof(ParamSpec), <uint32_t>n) != 0):
+        pycudadrv_argcache_release(&fn._args)
         raise MemoryError("kernel argument arena")
-    fn._nkeep = n
     fn._arena_ready = True
     return 0
+
+
+def _first_diff_for_tests(list a, list b, Py_ssize_t start):
+    """(the scan marshal_cached uses on this CPU, the plain C scan): each the first index k >=
+    ``start`` with ``a[k] is not b[k]`` (identity), or the common length. For the CPU tests."""
+    cdef Py_ssize_t k, n = min(len(a), len(b))
+    cdef void** pa = <void**>calloc(max(n, 1), sizeof(void*))
+    cdef void** pb = <void**>calloc(max(n, 1), sizeof(void*))
+    try:
+        if pa == NULL or pb == NULL:
+            raise MemoryError()
+        for k in range(n):
+            pa[k] = <void*>a[k]
+            pb[k] = <void*>b[k]
+        start = min(max(start, 0), n)
+        return pycudadrv_pick_first_diff()(pa, pb, start, n), pycudadrv_first_diff_plain(pa, pb, start, n)
+    finally:
+        free(pa)
+        free(pb)
 
 
 cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned int shmem, Stream s,

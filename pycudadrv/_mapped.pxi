@@ -33,22 +33,17 @@ cdef class _LaunchPlan:
     cdef LaunchConfig lc
     cdef Stream s
     cdef pycudadrv_arena arena
-    cdef void** keep
+    cdef pycudadrv_argcache args    # the objects packed last (owned scalars, borrowed Buffer addresses)
     cdef int n
     cdef unsigned long version # the function's layout version the arena was laid out for
 
     def __cinit__(self):
         pycudadrv_arena_init(&self.arena)
-        self.keep = NULL
+        pycudadrv_argcache_zero(&self.args)
         self.n = 0
 
     def __dealloc__(self):
-        cdef int k
-        if self.keep != NULL:
-            for k in range(self.n):
-                if self.keep[k] != NULL:
-                    Py_DECREF(<object>self.keep[k])
-            free(self.keep)
+        pycudadrv_argcache_release(&self.args)
         pycudadrv_arena_release(&self.arena)
 
 
@@ -136,8 +131,7 @@ cdef class TritonLaunchBase:
             plan.s = <Stream>fn.device.default_stream if stream is None else resolve_stream(stream, fn.device)
             plan.n = self._np
             plan.version = fn._layout_version
-            plan.keep = <void**>calloc(max(plan.n, 1), sizeof(void*))
-            if plan.keep == NULL or (plan.n and pycudadrv_arena_layout(
+            if pycudadrv_argcache_init(&plan.args, plan.n) != 0 or (plan.n and pycudadrv_arena_layout(
                     &plan.arena, <const unsigned char*>&fn.layout.specs[0].size, sizeof(ParamSpec),
                     <uint32_t>plan.n) != 0):
                 raise MemoryError("kernel argument arena")
@@ -188,6 +182,7 @@ cdef class TritonLaunchBase:
         cdef Function fn = self._fn
         cdef Py_ssize_t k, n = len(args)
         cdef const Py_ssize_t* src
+        cdef PyObject** items
         cdef unsigned char* slot
         cdef void** kp
         if not self._fast or _release_gil or fn._busy:   # released around the driver call, the plan's arena
@@ -220,7 +215,10 @@ cdef class TritonLaunchBase:
         cdef LaunchConfig lc = plan.lc
         fn._busy = True         # Python code run while packing (a CAI property) that launches this function
         try:                    # again packs apart (Function.launch), never in this plan's arena
-            kp = marshal_cached(&plan.arena, fn.layout, _seq_items(args), len(args), plan.keep, s, src)
+            items = _seq_items(args)
+            for k in range(plan.n):         # parameter k takes args[src[k]], None where src[k] < 0
+                plan.args.gather[k] = <void*>items[src[k]] if src[k] >= 0 else <void*>None
+            kp = marshal_cached(&plan.arena, fn.layout, <PyObject**>plan.args.gather, plan.n, &plan.args, s)
             for k in range(plan.n):
                 if self._pflags[k]:
                     slot = pycudadrv_arena_at(&plan.arena, <uint32_t>k)

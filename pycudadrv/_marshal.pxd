@@ -61,15 +61,34 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
 # Marshal every argument for specs[i] into a freshly initialised arena (for a launch on `s`,
 # as pack_arg); returns the void* array for cuLaunchKernel.
 cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSpec* specs, Stream s) except NULL
+# The objects a generic launch packed last (pycudadrv/argcache.h): per parameter an owned
+# reference to an immutable scalar, or the borrowed address of an exact Buffer (holds nothing alive).
+cdef extern from "pycudadrv/argcache.h":
+    ctypedef struct pycudadrv_argcache:
+        void** keep
+        Py_ssize_t* bufs
+        void** gather            # room for a mapped launch's argument array (n entries)
+        unsigned char* isbuf
+        Py_ssize_t n
+        Py_ssize_t nbuf
+        int stale
+    ctypedef Py_ssize_t (*pycudadrv_first_diff_fn)(void** a, void** b, Py_ssize_t i, Py_ssize_t n) noexcept
+    void pycudadrv_argcache_zero(pycudadrv_argcache* c) noexcept
+    int pycudadrv_argcache_init(pycudadrv_argcache* c, Py_ssize_t n) noexcept
+    void pycudadrv_argcache_release(pycudadrv_argcache* c) noexcept
+    void pycudadrv_argcache_forget(pycudadrv_argcache* c, Py_ssize_t i) noexcept
+    void pycudadrv_argcache_rebuild(pycudadrv_argcache* c) noexcept
+    pycudadrv_first_diff_fn pycudadrv_pick_first_diff() noexcept
+    Py_ssize_t pycudadrv_first_diff_plain(void** a, void** b, Py_ssize_t i, Py_ssize_t n) noexcept
+
 # Marshal into an arena laid out for lay.specs (pycudadrv_arena_layout), skipping the arguments
-# that are the very immutable scalar object kept in keep[i] (owned references, or NULL; updated
-# here: only scalars are kept, never buffers, so nothing holds memory alive); notes `s` as a user
-# of every Buffer argument. A failure leaves arena and keep consistent with each other. The
-# values are `items[0:nitems]` (borrowed: a vectorcall's argument array or a tuple's items);
-# `src` (or NULL: parameter i takes items[i]) maps each parameter to the index of its value in
-# `items`; a negative index gives it None (a null pointer). Returns the arena's void* array.
+# that are the very immutable scalar object kept in `c` (pycudadrv_argcache_init'd for lay.n
+# parameters; updated here); repacks every Buffer argument and notes `s` as a user of it. A
+# failure leaves arena and `c` consistent with each other. The values are `items[0:c.n]`
+# (borrowed: a vectorcall's argument array, a tuple's items, or c.gather filled by the caller).
+# Returns the arena's void* array.
 cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, PyObject** items, Py_ssize_t nitems,
-                           void** keep, Stream s, const Py_ssize_t* src=*) except NULL
+                           pycudadrv_argcache* c, Stream s) except NULL
 # Layout unknown: parameter sizes from the values (malloc'd, the caller frees),
 # checked against the parameter-space limit.
 cdef ParamSpec* infer_layout(ParamLayout lay, tuple args) except NULL

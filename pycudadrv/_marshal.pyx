@@ -454,23 +454,27 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
                      "complex, bool, None, bytes, or an object with __cuda_array_interface__ or __dlpack__)")
 
 
+cdef inline int _buffer_bytes(Buffer b, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst,
+                              Stream s) except -1:
+    """pack_arg's Buffer case (closed or foreign: one flag read)."""
+    if b._closed or b._alloc.attention:
+        _buffer_attention(b, lay, i, s)
+    if b.device is not lay.device and lay.device is not None:
+        _check_device(b, lay, i)
+    if p.size == 8 and p.kind != FLOAT and p.kind != BYTES:
+        memcpy(dst, &b._ptr, 8)
+        return 0
+    return _pack_pointer(b._ptr, lay, i, p, dst, b)
+
+
 cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst, Stream s) except -1:
     cdef type t = type(a)
-    cdef Buffer b
     cdef double x
     cdef float f
     cdef int overflow = 0
     cdef long long v
     if t is Buffer:
-        b = <Buffer>a
-        if b._closed or b._alloc.attention:
-            _buffer_attention(b, lay, i, s)
-        if b.device is not lay.device and lay.device is not None:
-            _check_device(b, lay, i)
-        if p.size == 8 and p.kind != FLOAT and p.kind != BYTES:
-            memcpy(dst, &b._ptr, 8)
-            return 0
-        return _pack_pointer(b._ptr, lay, i, p, dst, a)
+        return _buffer_bytes(<Buffer>a, lay, i, p, dst, s)
     if t is float:
         x = PyFloat_AS_DOUBLE(a)
         if p.kind == FLOAT or p.kind == ANY:
@@ -574,56 +578,53 @@ cdef void* _T_BUFFER = <void*>Buffer
 cdef void* _NONE = <void*>None
 
 
-cdef inline int _pack_buffer_arg(Buffer b, ParamLayout lay, Py_ssize_t i, unsigned char* dst, Stream s) except -1:
-    """pack_arg's Buffer case for a launch on `s` (closed or foreign: one flag read), and `s` noted
-    as a user of its allocation."""
-    cdef ParamSpec* p = &lay.specs[i]
-    cdef Allocation al = b._alloc
-    if b._closed or al.attention:
-        _buffer_attention(b, lay, i, s)
-    if b.device is not lay.device and lay.device is not None:
-        _check_device(b, lay, i)
-    if p.size == 8 and p.kind != FLOAT and p.kind != BYTES:
-        memcpy(dst, &b._ptr, 8)
-    else:
-        _pack_pointer(b._ptr, lay, i, p, dst, b)
-    if s is not al.stream and s is not al.last_user:
-        al.note_use(s)
-    return 0
-
-
-cdef int _pack_cached(pycudadrv_arena* arena, ParamLayout lay, Py_ssize_t i, void* pa, void** keep,
+cdef int _pack_cached(pycudadrv_arena* arena, ParamLayout lay, Py_ssize_t i, void* pa, pycudadrv_argcache* c,
                       Stream s) except -1:
-    """marshal_cached's argument i, not the object kept there: pack it, keep it if immutable."""
+    """marshal_cached's argument i, not the object kept there: pack it, keep it if immutable; an
+    exact Buffer is only marked (borrowed: marshal_cached's Buffer pass packs it at every launch)."""
     cdef void* t = (<_PyObjectHead*>pa).ob_type
     if t == _T_BUFFER:
-        _pack_buffer_arg(<Buffer>pa, lay, i, pycudadrv_arena_at(arena, <uint32_t>i), s)
-    else:
-        pack_arg(<object>pa, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i), s)
-    if keep[i] != NULL:
-        Py_DECREF(<object>keep[i])
-        keep[i] = NULL
-    if t == _T_BUFFER:
+        if not c.isbuf[i]:
+            pycudadrv_argcache_forget(c, i)
+            c.isbuf[i] = c.stale = 1
+        c.keep[i] = pa
         return 0
+    pycudadrv_argcache_forget(c, i)    # a failure below leaves it to be packed next time
+    pack_arg(<object>pa, lay, i, &lay.specs[i], pycudadrv_arena_at(arena, <uint32_t>i), s)
     if t == _T_INT or t == _T_FLOAT or t == _T_BOOL or pa == _NONE or t == _T_BYTES or _np_index(<object>pa) >= 0:
         Py_INCREF(<object>pa)
-        keep[i] = pa      # immutable: the next call may skip it (only scalars are kept, never memory)
+        c.keep[i] = pa      # immutable: the next call may skip it (only scalars are kept, never memory)
     return 0
+
+
+# The scan of kept objects against the arguments given (AVX2 where the CPU has it).
+cdef pycudadrv_first_diff_fn _first_diff = pycudadrv_pick_first_diff()
 
 
 cdef void** marshal_cached(pycudadrv_arena* arena, ParamLayout lay, PyObject** items, Py_ssize_t nitems,
-                           void** keep, Stream s, const Py_ssize_t* src=NULL) except NULL:
-    cdef Py_ssize_t i
+                           pycudadrv_argcache* c, Stream s) except NULL:
+    cdef Py_ssize_t i, j, k, n = c.n
+    cdef void** vals = <void**>items
     cdef void* pa
-    if src == NULL:
-        for i in range(nitems):
-            if keep[i] != <void*>items[i]:      # else the very same immutable object: its bytes are in place
-                _pack_cached(arena, lay, i, <void*>items[i], keep, s)
-        return arena.params       # laid out (pycudadrv_arena_layout): the pointers are in place
-    for i in range(lay.n):
-        pa = <void*>items[src[i]] if src[i] >= 0 else _NONE
-        if keep[i] != pa:
-            _pack_cached(arena, lay, i, pa, keep, s)
+    cdef Buffer b
+    i = _first_diff(c.keep, vals, 0, n)
+    while i < n:                    # the rest are the very objects kept: their bytes are in place
+        _pack_cached(arena, lay, i, vals[i], c, s)
+        i = _first_diff(c.keep, vals, i + 1, n)
+    if c.stale:
+        pycudadrv_argcache_rebuild(c)
+    for j in range(c.nbuf):         # every Buffer, at every launch (closed, device, stream use)
+        k = c.bufs[j]
+        pa = vals[k]
+        if (<_PyObjectHead*>pa).ob_type == _T_BUFFER:
+            b = <Buffer>pa
+            _buffer_bytes(b, lay, k, &lay.specs[k], pycudadrv_arena_at(arena, <uint32_t>k), s)
+            if s is not b._alloc.stream and s is not b._alloc.last_user:
+                b._alloc.note_use(s)
+        else:                       # another object now at the address of the Buffer marked there
+            _pack_cached(arena, lay, k, pa, c, s)
+    if c.stale:
+        pycudadrv_argcache_rebuild(c)
     return arena.params       # laid out (pycudadrv_arena_layout): the pointers are in place
 
 
