@@ -245,8 +245,10 @@ cdef class QueueCore:
                 b = <Buffer>a
                 if b._nbytes == 0:
                     continue
-                b.ensure_open()
-                self._sight(b._alloc.stream, b._alloc.serial)
+                if b._closed or b._alloc.freed:
+                    b.ensure_open()             # raises ClosedError
+                if b._alloc.stream is not self._memo_stream or self._memo_rec is not None:
+                    self._sight(b._alloc.stream, b._alloc.serial)   # else a pool stream's, seen just before
                 if mode:
                     self._add(b._ptr, b._ptr + b._nbytes, mode == 2, False)
                 continue

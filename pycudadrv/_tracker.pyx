@@ -23,6 +23,7 @@ cdef enum:
 # Not tracked by the garbage collector: no cycle passes through a segment (Submissions do not reach the tracker).
 @cython.final
 @cython.no_gc
+@cython.freelist(128)       # segments come and go with every new range written and every prune
 @cython.auto_pickle(False)
 cdef class _Seg:
     pass
