@@ -214,11 +214,17 @@ cdef list pending_of(list lanes):
     return out
 
 
+cdef extern from "Python.h":
+    int _list_cut "PyList_SetSlice"(object lst, Py_ssize_t lo, Py_ssize_t hi, PyObject* items) except -1
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1:
     cdef list dq = lane.inflight
     cdef Py_ssize_t h = lane.head
     cdef Submission d
-    while h < len(dq):
+    while h < len(dq):              # h in [0, len(dq)): the checks off are safe
         d = <Submission>dq[h]
         if d.seq > sub.seq:
             break
@@ -230,10 +236,10 @@ cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1:
             d._event = None
     if h == len(dq):
         if h:
-            del dq[:]
+            _list_cut(dq, 0, h, NULL)     # del dq[:], without a slice object
         h = 0
     elif h > 64 and 2 * h > len(dq):
-        del dq[:h]
+        _list_cut(dq, 0, h, NULL)         # del dq[:h]
         h = 0
     lane.head = h
     return 0

@@ -59,6 +59,10 @@ cdef inline Py_ssize_t _bisect(list segs, uint64_t x, bint at):
     """The number of segments that start before ``x`` (with ``at``: at or before it)."""
     cdef Py_ssize_t lo = 0, hi = len(segs), mid
     cdef uint64_t start
+    if hi:
+        start = (<_Seg>segs[hi - 1]).lo     # past the last start (memory newer than all tracked, mostly): no search
+        if start < x or (at and start == x):
+            return hi
     while lo < hi:
         mid = (lo + hi) >> 1
         start = (<_Seg>segs[mid]).lo
