@@ -28,6 +28,7 @@ from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, po
 
 cdef extern from *:
     PyObject** _list_items "PySequence_Fast_ITEMS"(object seq)     # a list's or tuple's items (borrowed)
+    void* _type_of "Py_TYPE"(PyObject* o)
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, CaptureError, ClosedError, CudaError, StateError
@@ -222,27 +223,21 @@ cdef class QueueCore:
         """The accesses of a launch of ``fn`` (kernel ``name``) with ``args[0:nargs]`` (borrowed: the caller
         holds them); ``verb`` (``"launch"`` or ``"submit"``) names the method in messages."""
         cdef object per = self._param_access(fn)
-        cdef bytes pb
         cdef const unsigned char* pc = NULL
         cdef Py_ssize_t k, n = -1
         cdef int mode
         cdef object a, sp
         cdef Buffer b
-        cdef type t
+        cdef void* t
         cdef object buffer_type = self._Buffer
         if per is not None:
-            pb = <bytes>per
-            pc = pb
-            n = len(pb)
+            pc = <bytes>per
+            n = len(<bytes>per)
         for k in range(nargs):
-            a = <object>args[k]
-            t = type(a)
-            if n < 0:
-                mode = 2                # layout unknown: read and written
-            else:
-                mode = pc[k] if k < n else 0
-            if t is Buffer:
-                b = <Buffer>a
+            t = _type_of(args[k])       # compared as pointers: no reference taken for a scalar
+            mode = 2 if n < 0 else (pc[k] if k < n else 0)     # unknown layout: read and written
+            if t == <void*>Buffer:
+                b = <Buffer>args[k]
                 if b._nbytes == 0:
                     continue
                 if b._closed or b._alloc.freed:
@@ -252,9 +247,12 @@ cdef class QueueCore:
                 if mode:
                     self._add(b._ptr, b._ptr + b._nbytes, mode == 2, False)
                 continue
-            if t is int or t is float or t is bool or isinstance(a, _SCALARS):
+            if t == <void*>int or t == <void*>float or t == <void*>bool:
                 continue
-            if t is buffer_type:
+            a = <object>args[k]
+            if isinstance(a, _SCALARS):
+                continue
+            if t == <void*>buffer_type:
                 m = a.nbytes
                 if m == 0:
                     continue
