@@ -686,9 +686,9 @@ cdef object _queue_launch(object self, PyObject** argv, Py_ssize_t nargs, PyObje
 
 
 _QUEUE_LAUNCH_DOC = (QueueCore.__name__ + ".launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, "
-                     "bool timed=False, **launch_kw)\n\n" + """Launch ``fn`` (as :meth:`Function.launch`, which takes ``launch_kw``:
-``shared_mem_bytes``, ``cooperative``, ``cluster``, ...) on a stream of the pool, after the work it depends
-on; returns its :class:`Submission`.
+                     "bool timed=False, **launch_kw)\n\n" + """Launch ``fn`` (as :meth:`Function.launch`, which
+takes ``launch_kw``: ``shared_mem_bytes``, ``cooperative``, ``cluster``, ...) on a stream of the pool, after
+the work it depends on; returns its :class:`Submission`.
 
 ``reads`` / ``writes``: Buffers, views or CAI objects (or one of them) that the kernel reads / writes; they
 override what the parameter layout says about the same memory and add memory the arguments do not show.
