@@ -1,6 +1,10 @@
 from libc.stdint cimport uint64_t
+from cpython.object cimport PyObject
 
 # What a submission is (its label, and whether a fault report names it as a kernel).
+cdef enum:
+    RETIRE_EVERY = 16   # a Queue's submissions between checks of which completed (more while none did)
+
 cdef enum:
     K_LAUNCH = 1        # "kernel 'name'"
     K_PREPARED = 2      # "kernel 'name' (prepared)"
@@ -100,5 +104,23 @@ cdef int wait_stream(object s, object st) except -1         # s waits for the wo
 cdef bint stream_closed(object st) except -1
 # Per parameter of a layout (a list of parameters, or None: unknown) the access byte: 2 written, 1 read, 0 not a pointer.
 cdef object param_modes(object params)
-# fn.launch(grid, block, *args, stream=s, **kw), by vectorcall into Function.launch where it can.
-cdef int call_launch(object fn, object grid, object block, object args, object s, dict kw, dict lane_kw) except -1
+# fn.launch(grid, block, *items[0:n], stream=s, **kw), through Function.launch's C entry where it can.
+cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_ssize_t n, object s, dict kw,
+                     dict lane_kw) except -1
+
+# Queue.launch's own arguments, sorted out of a METH_FASTCALL call (borrowed from the caller's array).
+ctypedef struct LaunchKeywords:
+    PyObject* head[3]              # fn, grid, block (NULL: not given)
+    PyObject* reads
+    PyObject* writes
+    PyObject* stream
+    bint timed
+# Fill `kw` from argv[0:nargs] and the values of `kwnames`; returns the other keywords (Function.launch's),
+# or None. ArgumentTypeError for a missing fn/grid/block or one given twice.
+cdef dict launch_keywords(LaunchKeywords* kw, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames)
+# Install `meth` (METH_FASTCALL | METH_KEYWORDS) as method `name` of `t`, with docstring `doc`.
+cdef int install_fastcall(type t, bytes name, void* meth, bytes doc) except -1
+# Retire what completed on `lanes`; returns the submissions until the next check (`every`: the last interval).
+cdef int retire_every(list lanes, _EventPool events, int every) except -1
+# Drop the lanes' references to their Submissions (a closing queue breaks that cycle).
+cdef int let_go(list lanes) except -1

@@ -14,11 +14,12 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
 from pycudadrv._event cimport Event
-from pycudadrv._launch cimport Function
+from pycudadrv._launch cimport Function, launch_vector
 from pycudadrv._marshal cimport POINTER
 from cpython.ref cimport PyObject
+from cpython.mem cimport PyMem_Malloc
 
-from pycudadrv._errors import CaptureError, CudaError, StateError
+from pycudadrv._errors import ArgumentTypeError, CaptureError, CudaError, StateError
 from pycudadrv._uninit import missing
 
 __all__ = ["Submission"]
@@ -36,6 +37,7 @@ def not_made(what, name, how):
 # Submissions and Submissions the lanes, a cycle QueueCore breaks when it goes (its __dealloc__ and close).
 @cython.final
 @cython.no_gc
+@cython.freelist(64)        # one made per submission: reused memory instead of an allocation each
 @cython.auto_pickle(False)
 cdef class Submission:
     """One piece of work submitted to a :class:`Queue`: a kernel launch, a
@@ -212,11 +214,17 @@ cdef list pending_of(list lanes):
     return out
 
 
+cdef extern from "Python.h":
+    int _list_cut "PyList_SetSlice"(object lst, Py_ssize_t lo, Py_ssize_t hi, PyObject* items) except -1
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
 cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1:
     cdef list dq = lane.inflight
     cdef Py_ssize_t h = lane.head
     cdef Submission d
-    while h < len(dq):
+    while h < len(dq):              # h in [0, len(dq)): the checks off are safe
         d = <Submission>dq[h]
         if d.seq > sub.seq:
             break
@@ -228,10 +236,10 @@ cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1:
             d._event = None
     if h == len(dq):
         if h:
-            del dq[:]
+            _list_cut(dq, 0, h, NULL)     # del dq[:], without a slice object
         h = 0
     elif h > 64 and 2 * h > len(dq):
-        del dq[:h]
+        _list_cut(dq, 0, h, NULL)         # del dq[:h]
         h = 0
     lane.head = h
     return 0
@@ -460,38 +468,139 @@ cdef bint stream_closed(object st) except -1:
     return bool(st.closed)
 
 
-# Function.launch unbound (no bound method made per submission), and the keyword its stream goes by.
-cdef object _FUNCTION_LAUNCH = Function.launch
+# The keyword a launch's stream goes by (Function.launch is called from C: pycudadrv._launch.launch_vector).
 cdef tuple _STREAM_KW = ("stream",)
-
-cdef extern from "Python.h":
-    object PyObject_Vectorcall(object callable, PyObject** args, size_t nargsf, object kwnames)
 
 cdef enum:
     _VECTOR_MAX = 64        # launches with more arguments build a tuple instead
 
 
-cdef int call_launch(object fn, object grid, object block, object args, object s, dict kw, dict lane_kw) except -1:
-    """``fn.launch(grid, block, *args, stream=s, **kw)``: a vectorcall straight into the unbound
-    Function.launch (no argument tuple, no keyword dict) in the common case."""
-    cdef PyObject* vec[_VECTOR_MAX + 4]
-    cdef Py_ssize_t k, n = len(args)
+cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_ssize_t n, object s, dict kw,
+                     dict lane_kw) except -1:
+    """``fn.launch(grid, block, *items[0:n], stream=s, **kw)``: for a Function and no other keyword, the
+    C entry of Function.launch over an array on the C stack (no argument tuple, no keyword dict)."""
+    cdef PyObject* vec[_VECTOR_MAX + 3]
+    cdef Py_ssize_t k
     if type(fn) is Function and not kw and n <= _VECTOR_MAX:
-        vec[0] = <PyObject*>fn
-        vec[1] = <PyObject*>grid
-        vec[2] = <PyObject*>block
+        vec[0] = <PyObject*>grid
+        vec[1] = <PyObject*>block
         for k in range(n):
-            vec[3 + k] = <PyObject*>args[k]      # borrowed: `args` (a tuple) holds them
-        vec[3 + n] = <PyObject*>s
-        PyObject_Vectorcall(_FUNCTION_LAUNCH, vec, <size_t>(3 + n), _STREAM_KW)
+            vec[2 + k] = items[k]          # borrowed: the caller holds them for the call
+        vec[2 + n] = <PyObject*>s
+        launch_vector(<Function>fn, vec, 2 + n, <PyObject*>_STREAM_KW)
         return 0
     if kw:
         kw = dict(kw)
         kw["stream"] = s
     else:
         kw = lane_kw
-    fn.launch(grid, block, *args, **kw)
+    fn.launch(grid, block, *[<object>items[k] for k in range(n)], **kw)
     return 0
+
+cdef int retire_every(list lanes, _EventPool events, int every) except -1:
+    """Retire what completed on ``lanes`` (:func:`retire_fronts`); returns the submissions until the next such
+    check: RETIRE_EVERY when some completed, else (work still in flight: the GPU far behind) twice ``every``,
+    up to 16 times RETIRE_EVERY."""
+    cdef _Lane lane
+    if retire_fronts(lanes, events):
+        return RETIRE_EVERY
+    if every < 16 * RETIRE_EVERY:
+        for lane in lanes:
+            if in_flight(lane):
+                return 2 * every
+    return every
+
+
+cdef int let_go(list lanes) except -1:
+    """Drop the lanes' references to Submissions: Submissions (not tracked by the garbage collector) reference
+    the lanes, so a queue breaks that cycle itself when it closes or goes."""
+    cdef _Lane lane
+    for lane in lanes:
+        del lane.inflight[:]
+        lane.head = 0
+        lane.tail0 = lane.tail1 = lane.dep = None
+    return 0
+
+
+cdef extern from *:
+    """
+    /* Install `def` as a method descriptor of type `t` (a METH_FASTCALL method, the calling
+       convention Cython does not generate for *args). */
+    static int pycudadrv_install_fastcall(PyObject *t, PyMethodDef *def) {
+        PyObject *d = PyDescr_NewMethod((PyTypeObject *)t, def);
+        int r;
+        if (d == NULL) return -1;
+        r = PyDict_SetItemString(((PyTypeObject *)t)->tp_dict, def->ml_name, d);
+        Py_DECREF(d);
+        PyType_Modified((PyTypeObject *)t);
+        return r;
+    }
+    """
+    ctypedef struct PyMethodDef:
+        const char* ml_name
+        void* ml_meth
+        int ml_flags
+        const char* ml_doc
+    enum:
+        METH_FASTCALL
+        METH_KEYWORDS
+    int pycudadrv_install_fastcall(object t, PyMethodDef* d) except -1
+    Py_ssize_t _tuple_size "PyTuple_GET_SIZE"(PyObject* t)
+    PyObject* _tuple_get "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i)
+
+
+cdef list _installed = []       # the names and docstrings install_fastcall points the method tables at
+
+
+cdef int install_fastcall(type t, bytes name, void* meth, bytes doc) except -1:
+    cdef PyMethodDef* d = <PyMethodDef*>PyMem_Malloc(sizeof(PyMethodDef))   # lives as long as the type
+    if d == NULL:
+        raise MemoryError("method table")
+    _installed.append((name, doc))
+    d.ml_name = name
+    d.ml_meth = meth
+    d.ml_flags = METH_FASTCALL | METH_KEYWORDS
+    d.ml_doc = doc
+    return pycudadrv_install_fastcall(t, d)
+
+
+cdef dict launch_keywords(LaunchKeywords* kw, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
+    """Sort Queue.launch's arguments (METH_FASTCALL: ``argv[0:nargs]`` positional, then a value per name of
+    ``kwnames``) into ``kw`` (borrowed pointers); returns the keywords left for Function.launch (a new dict),
+    or None."""
+    cdef Py_ssize_t j, k
+    cdef object key
+    cdef dict rest = None
+    for k in range(3):
+        kw.head[k] = argv[k] if k < nargs else NULL
+    kw.reads = kw.writes = kw.stream = <PyObject*>None
+    kw.timed = False
+    if kwnames != NULL:
+        for j in range(_tuple_size(kwnames)):
+            key = <object>_tuple_get(kwnames, j)
+            if key == "stream":
+                kw.stream = argv[nargs + j]
+            elif key == "reads":
+                kw.reads = argv[nargs + j]
+            elif key == "writes":
+                kw.writes = argv[nargs + j]
+            elif key == "timed":
+                kw.timed = <object>argv[nargs + j]
+            elif key == "fn" or key == "grid" or key == "block":
+                k = 0 if key == "fn" else (1 if key == "grid" else 2)
+                if kw.head[k] != NULL:
+                    raise ArgumentTypeError(f"Queue.launch() got multiple values for argument '{key}'")
+                kw.head[k] = argv[nargs + j]
+            else:
+                if rest is None:
+                    rest = {}
+                rest[key] = <object>argv[nargs + j]      # Function.launch's keywords, judged there
+    if kw.head[0] == NULL or kw.head[1] == NULL or kw.head[2] == NULL:
+        raise ArgumentTypeError(f"Queue.launch() takes at least 3 arguments (fn, grid, block), {nargs} given "
+                                "positionally: q.launch(fn, grid, block, *args, reads=None, writes=None, "
+                                "stream=None, timed=False, **launch_kw)")
+    return rest
+
 
 cdef object param_modes(object params):
     """Per parameter a byte: 2 written (``T*``, or constness unknown), 1 read (``const T*``), 0 not a

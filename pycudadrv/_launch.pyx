@@ -738,3 +738,11 @@ pycudadrv_install_method(Function, &_launch_def)
 
 include "_prepared.pxi"
 include "_mapped.pxi"
+
+
+# -- for pycudadrv._queue (appended; nothing above changes) -------------------------------------
+
+cdef object launch_vector(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
+    """``fn.launch(*argv[:nargs], **dict(zip(kwnames, argv[nargs:])))`` without the method call
+    machinery: the Queue's launch hands its caller's arguments (and ``stream=``) straight in."""
+    return _launch_fastcall(fn, argv, nargs, kwnames)

@@ -1,4 +1,5 @@
 from libc.stdint cimport uint64_t
+from cpython.object cimport PyObject
 from pycudadrv._hazards cimport Submission, _Lane, DepList, _AllocStream, _EventPool
 from pycudadrv._tracker cimport _Tracker
 
@@ -52,10 +53,10 @@ cdef class QueueCore:
     cdef int _sight(self, object st, unsigned long long serial) except -1
     cdef int _sight_buffer(self, object buf) except -1
     cdef object _param_access(self, object fn)
-    cdef int _args_access(self, object fn, object args, str verb, str name) except -1
+    cdef int _args_access(self, object fn, PyObject** args, Py_ssize_t nargs, str verb, str name) except -1
     cdef int _explicit_c(self, object reads, object writes, str what) except -1
     cdef _Lane _lane_of(self, object stream)
     cdef _Lane _choose(self, Submission first)
     cdef int _retire(self) except -1
-    cdef Submission _issue(self, int kind, object name, object stream, object target, object args, object grid,
-                           object block, dict kw, tuple keep, bint timed)
+    cdef Submission _issue(self, int kind, object name, object stream, object target, PyObject** args,
+                           Py_ssize_t nargs, object grid, object block, dict kw, tuple keep, bint timed)

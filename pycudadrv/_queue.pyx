@@ -12,6 +12,7 @@ anything else is driven through its Python methods."""
 cimport cython
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport realloc, free
+from cpython.object cimport PyObject
 from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
 from pycudadrv._launch cimport Function, PreparedLaunch
@@ -22,7 +23,12 @@ from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, po
                                  K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL,
                                  new_lane, in_flight, pending_of, retire_to, retire_fronts, seen, set_seen, forget_seen,
                                  alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
-                                 event_done, stream_idle, wait_stream, stream_closed)
+                                 event_done, stream_idle, wait_stream, stream_closed, LaunchKeywords,
+                                 launch_keywords, install_fastcall, RETIRE_EVERY, retire_every, let_go)
+
+cdef extern from *:
+    PyObject** _list_items "PySequence_Fast_ITEMS"(object seq)     # a list's or tuple's items (borrowed)
+    void* _type_of "Py_TYPE"(PyObject* o)
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, CaptureError, ClosedError, CudaError, StateError
@@ -34,8 +40,6 @@ __all__ = ["QueueCore", "ASYNC_ERROR_CODES"]
 # Sticky errors of a kernel that already ran: the next driver call reports them, whatever it is.
 ASYNC_ERROR_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
 _SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview, type(None), str)
-cdef enum:
-    _RETIRE_EVERY = 16      # submissions between checks of which completed (more while none did); see _retire
 
 
 # -- the queue's core ---------------------------------------------------------------------------
@@ -57,15 +61,8 @@ cdef class QueueCore:
         self._let_go()
 
     cdef int _let_go(self) except -1:
-        """Drop the lanes' references to Submissions: Submissions (not tracked by the garbage collector)
-        reference the lanes, so the queue breaks that cycle itself when it closes or goes."""
-        cdef _Lane lane
-        if self._lanes is None:
-            return 0
-        for lane in self._lanes:
-            del lane.inflight[:]
-            lane.head = 0
-            lane.tail0 = lane.tail1 = lane.dep = None
+        if self._lanes is not None:
+            let_go(self._lanes)
         return 0
 
     def _setup(self, device, list pool, bint round_robin, stream_type, event_type, buffer_type):
@@ -81,7 +78,7 @@ cdef class QueueCore:
         self._layouts = {}
         self._fresh = []
         self._alloc_streams = {}
-        self._retire_every = self._countdown = _RETIRE_EVERY
+        self._retire_every = self._countdown = RETIRE_EVERY
         self._joined = []
         self._Stream = stream_type
         self._Event = event_type
@@ -222,41 +219,40 @@ cdef class QueueCore:
         """Per parameter of ``fn``: 2 written, 1 read, 0 not a pointer (bytes); None when unknown."""
         return self._param_access(fn)
 
-    cdef int _args_access(self, object fn, object args, str verb, str name) except -1:
-        """The accesses of a launch of ``fn`` (kernel ``name``) with ``args`` (a tuple or list); ``verb``
-        (``"launch"`` or ``"submit"``) names the method in messages."""
+    cdef int _args_access(self, object fn, PyObject** args, Py_ssize_t nargs, str verb, str name) except -1:
+        """The accesses of a launch of ``fn`` (kernel ``name``) with ``args[0:nargs]`` (borrowed: the caller
+        holds them); ``verb`` (``"launch"`` or ``"submit"``) names the method in messages."""
         cdef object per = self._param_access(fn)
-        cdef bytes pb
         cdef const unsigned char* pc = NULL
         cdef Py_ssize_t k, n = -1
         cdef int mode
         cdef object a, sp
         cdef Buffer b
-        cdef type t
+        cdef void* t
         cdef object buffer_type = self._Buffer
         if per is not None:
-            pb = <bytes>per
-            pc = pb
-            n = len(pb)
-        for k in range(len(args)):
-            a = args[k]
-            t = type(a)
-            if n < 0:
-                mode = 2                # layout unknown: read and written
-            else:
-                mode = pc[k] if k < n else 0
-            if t is Buffer:
-                b = <Buffer>a
+            pc = <bytes>per
+            n = len(<bytes>per)
+        for k in range(nargs):
+            t = _type_of(args[k])       # compared as pointers: no reference taken for a scalar
+            mode = 2 if n < 0 else (pc[k] if k < n else 0)     # unknown layout: read and written
+            if t == <void*>Buffer:
+                b = <Buffer>args[k]
                 if b._nbytes == 0:
                     continue
-                b.ensure_open()
-                self._sight(b._alloc.stream, b._alloc.serial)
+                if b._closed or b._alloc.freed:
+                    b.ensure_open()             # raises ClosedError
+                if b._alloc.stream is not self._memo_stream or self._memo_rec is not None:
+                    self._sight(b._alloc.stream, b._alloc.serial)   # else a pool stream's, seen just before
                 if mode:
                     self._add(b._ptr, b._ptr + b._nbytes, mode == 2, False)
                 continue
-            if t is int or t is float or t is bool or isinstance(a, _SCALARS):
+            if t == <void*>int or t == <void*>float or t == <void*>bool:
                 continue
-            if t is buffer_type:
+            a = <object>args[k]
+            if isinstance(a, _SCALARS):
+                continue
+            if t == <void*>buffer_type:
                 m = a.nbytes
                 if m == 0:
                     continue
@@ -363,30 +359,21 @@ cdef class QueueCore:
 
     # -- completion ----------------------------------------------------------------------------
     cdef int _retire(self) except -1:
-        """Mark the submissions the GPU has finished (``cuEventQuery``); while that finds none of the work
-        in flight done (the GPU far behind), the periodic check comes half as often (to every 256)."""
-        cdef _Lane lane
+        """Mark the submissions the GPU has finished (``cuEventQuery``); see retire_every."""
         self._just_retired = True
-        if retire_fronts(self._lanes, self._events):
-            self._retire_every = _RETIRE_EVERY
-        elif self._retire_every < 16 * _RETIRE_EVERY:
-            for lane in self._lanes:
-                if in_flight(lane):
-                    self._retire_every *= 2
-                    break
-        self._countdown = self._retire_every
+        self._retire_every = self._countdown = retire_every(self._lanes, self._events, self._retire_every)
         return 0
 
     def _retire_now(self):
         self._retire()
 
     # -- the one submission path ------------------------------------------------------------------
-    cdef Submission _issue(self, int kind, object name, object stream, object target, object args, object grid,
-                           object block, dict kw, tuple keep, bint timed):
+    cdef Submission _issue(self, int kind, object name, object stream, object target, PyObject** args,
+                           Py_ssize_t nargs, object grid, object block, dict kw, tuple keep, bint timed):
         """Order, issue and record one submission over the access list built (``self._acc``) and the
         allocation streams noted (``self._fresh``). ``kind`` says how to run it: K_LAUNCH
-        ``target.launch(grid, block, *args, stream=s, **kw)``, K_PREPARED ``target.launch_on(s)``,
-        else ``target(s)``."""
+        ``target.launch(grid, block, *args[0:nargs], stream=s, **kw)`` (``args`` borrowed: the caller
+        holds them), K_PREPARED ``target.launch_on(s)``, else ``target(s)``."""
         cdef int m = self._m
         cdef _Tracker tracker = self._t0 if m == 0 else self._t1
         cdef Submission me, first = None, f, dep
@@ -479,7 +466,7 @@ cdef class QueueCore:
             if start is not None:
                 record_event(start, s)
             if kind == K_LAUNCH:
-                call_launch(target, grid, block, args, s, kw, lane.kw)
+                call_launch(target, grid, block, args, nargs, s, kw, lane.kw)
             elif kind == K_PREPARED:
                 target.launch_on(s)
             else:
@@ -498,8 +485,8 @@ cdef class QueueCore:
         if m == 1:
             lane.load1 += 1
             if kind == K_LAUNCH:
-                if args:
-                    self._graph.hold(*args)   # launches on joined streams are not seen by the capture itself
+                if nargs:                     # launches on joined streams are not seen by the capture itself
+                    self._graph.hold(*[<object>args[k] for k in range(nargs)])
             elif kind == K_PREPARED:
                 self._graph.hold(target, *target.args)
             elif keep:
@@ -521,7 +508,7 @@ cdef class QueueCore:
         """Issue ``run(stream)`` over the access list built with :meth:`_access_of` / :meth:`_note_buffer`;
         ``keep`` is what a graph capturing it must keep alive."""
         self._check("submit")
-        return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, None, None, None, None, keep,
+        return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, NULL, 0, None, None, None, keep,
                            timed)
 
     def _note_write(self, Submission sub, sp):
@@ -529,37 +516,7 @@ cdef class QueueCore:
         if sp is not None:
             (self._t0 if self._m == 0 else self._t1).commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub)
 
-    # -- submitting kernels ---------------------------------------------------------------------
-    def launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, bint timed=False, **launch_kw):
-        """Launch ``fn`` (as :meth:`Function.launch`, which takes ``launch_kw``:
-        ``shared_mem_bytes``, ``cooperative``, ``cluster``, ...) on a stream of
-        the pool, after the work it depends on; returns its :class:`Submission`.
-
-        ``reads`` / ``writes``: Buffers, views or CAI objects (or one of them)
-        that the kernel reads / writes; they override what the parameter
-        layout says about the same memory and add memory the arguments do not
-        show. ``timed=True`` records a timing event before and after it
-        (:meth:`Submission.elapsed_ms`). Raises what :meth:`Function.launch`
-        raises; a CudaError of an earlier kernel's fault names the earliest
-        unfinished kernel."""
-        cdef str name
-        self._check("launch")
-        if type(fn) is Function:
-            name = (<Function>fn).name
-        else:
-            if isinstance(fn, PreparedLaunch):
-                raise ArgumentTypeError("Queue.launch takes a Function and its arguments; submit a PreparedLaunch "
-                                        "with Queue.submit(p)")
-            if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "name", None), str):
-                raise ArgumentTypeError(f"Queue.launch takes a Function (module.function(name)) and its arguments, "
-                                        f"got {type(fn).__name__} {fn!r:.40}")
-            name = fn.name
-        self._begin()
-        self._args_access(fn, args, "launch", name)
-        if reads is not None or writes is not None:
-            self._explicit_c(reads, writes, f"Queue.launch of kernel '{name}'")
-        return self._issue(K_LAUNCH, name, stream, fn, args, grid, block, launch_kw, None, timed)
-
+    # -- submitting kernels (launch: _queue_launch below, a METH_FASTCALL method) ----------------------
     def submit(self, prepared, *, reads=None, writes=None, stream=None, bint timed=False):
         """Launch a :class:`PreparedLaunch` (with its bound arguments) on a
         stream of the pool (``PreparedLaunch.launch_on``); reads, writes and
@@ -576,11 +533,12 @@ cdef class QueueCore:
         if p._held is None:
             raise ArgumentTypeError(f"Queue.submit: kernel '{p.fn.name}' has no arguments bound yet; call p(*args) "
                                     "or bind them with fn.bind(grid, block, *args)")
+        held = p._held            # held here: a rebind during the accesses (a CAI property) replaces p._held
         self._begin()
-        self._args_access(p.fn, p._held, "submit", p.fn.name)
+        self._args_access(p.fn, _list_items(held), len(held), "submit", p.fn.name)
         if reads is not None or writes is not None:
             self._explicit_c(reads, writes, f"Queue.submit of kernel '{p.fn.name}'")
-        return self._issue(K_PREPARED, p.fn.name, stream, prepared, None, None, None, None, None, timed)
+        return self._issue(K_PREPARED, p.fn.name, stream, prepared, NULL, 0, None, None, None, None, timed)
 
     # -- sync points ----------------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -695,3 +653,46 @@ cdef class QueueCore:
         policy = "round_robin" if self._round_robin else "greedy"
         return (f"<Queue on device {self._device.ordinal}, {self._pool} streams, policy={policy!r}, "
                 f"{busy} submission(s) in flight{cap}>")
+
+
+# -- QueueCore.launch: METH_FASTCALL ------------------------------------------------------------
+
+cdef object _queue_launch(object self, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
+    """QueueCore.launch as METH_FASTCALL | METH_KEYWORDS: no argument tuple or keyword dict is made (unless
+    launch keywords are given); the kernel's arguments stay in the caller's array down to Function.launch."""
+    cdef QueueCore q = <QueueCore>self      # the method descriptor checked the type
+    cdef LaunchKeywords kw
+    cdef dict launch_kw = launch_keywords(&kw, argv, nargs, kwnames)
+    cdef object fn = <object>kw.head[0], reads = <object>kw.reads, writes = <object>kw.writes
+    cdef str name
+    q._check("launch")
+    if type(fn) is Function:
+        name = (<Function>fn).name
+    else:
+        if isinstance(fn, PreparedLaunch):
+            raise ArgumentTypeError("Queue.launch takes a Function and its arguments; submit a PreparedLaunch "
+                                    "with Queue.submit(p)")
+        if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "name", None), str):
+            raise ArgumentTypeError(f"Queue.launch takes a Function (module.function(name)) and its arguments, "
+                                    f"got {type(fn).__name__} {fn!r:.40}")
+        name = fn.name
+    q._begin()
+    nargs = nargs - 3 if nargs > 3 else 0
+    q._args_access(fn, argv + 3, nargs, "launch", name)
+    if reads is not None or writes is not None:
+        q._explicit_c(reads, writes, f"Queue.launch of kernel '{name}'")
+    return q._issue(K_LAUNCH, name, <object>kw.stream, fn, argv + 3, nargs, <object>kw.head[1], <object>kw.head[2],
+                    launch_kw, None, kw.timed)
+
+
+_QUEUE_LAUNCH_DOC = (QueueCore.__name__ + ".launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, "
+                     "bool timed=False, **launch_kw)\n\n" + """Launch ``fn`` (as :meth:`Function.launch`, which
+takes ``launch_kw``: ``shared_mem_bytes``, ``cooperative``, ``cluster``, ...) on a stream of the pool, after
+the work it depends on; returns its :class:`Submission`.
+
+``reads`` / ``writes``: Buffers, views or CAI objects (or one of them) that the kernel reads / writes; they
+override what the parameter layout says about the same memory and add memory the arguments do not show.
+``timed=True`` records a timing event before and after it (:meth:`Submission.elapsed_ms`). Raises
+ArgumentTypeError without ``fn``, ``grid`` and ``block``, and what :meth:`Function.launch` raises; a
+CudaError of an earlier kernel's fault names the earliest unfinished kernel.""").encode()
+install_fastcall(QueueCore, b"launch", <void*>_queue_launch, _QUEUE_LAUNCH_DOC)

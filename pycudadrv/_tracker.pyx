@@ -23,6 +23,7 @@ cdef enum:
 # Not tracked by the garbage collector: no cycle passes through a segment (Submissions do not reach the tracker).
 @cython.final
 @cython.no_gc
+@cython.freelist(128)       # segments come and go with every new range written and every prune
 @cython.auto_pickle(False)
 cdef class _Seg:
     pass
@@ -58,6 +59,10 @@ cdef inline Py_ssize_t _bisect(list segs, uint64_t x, bint at):
     """The number of segments that start before ``x`` (with ``at``: at or before it)."""
     cdef Py_ssize_t lo = 0, hi = len(segs), mid
     cdef uint64_t start
+    if hi:
+        start = (<_Seg>segs[hi - 1]).lo     # past the last start (memory newer than all tracked, mostly): no search
+        if start < x or (at and start == x):
+            return hi
     while lo < hi:
         mid = (lo + hi) >> 1
         start = (<_Seg>segs[mid]).lo

@@ -1278,3 +1278,50 @@ def test_a_fault_behind_an_upload_names_the_kernel_not_the_upload():
     got = _run_isolated(FAULT_AFTER_UPLOAD_SCRIPT)
     assert got["raised"] == "CudaError"
     assert re.search(r"the earliest (kernel|submission) not seen complete is kernel 'wild_write'", got["message"])
+
+
+# --- Queue.launch's own argument handling (a METH_FASTCALL method: no Python wrapper) ---------------
+
+class RecordingKernel(FakeKernel):
+    """A FakeKernel that keeps what each launch was called with."""
+
+    def __init__(self, name, signature=None):
+        super().__init__(name, signature)
+        self.calls = []
+
+    def launch(self, grid, block, *args, stream=None, **kw):
+        self.calls.append((grid, block, args, kw))
+        super().launch(grid, block, *args, stream=stream, **kw)
+
+
+def test_queue_launch_without_fn_grid_and_block_is_an_argument_type_error_naming_the_call(fake):
+    q = cd.Queue(streams=2)
+    for args in [(), (A,), (A, 1)]:
+        with pytest.raises(cd.ArgumentTypeError, match=r"Queue.launch\(\) takes at least 3 arguments"):
+            q.launch(*args)
+    assert SIM.log == []
+
+
+def test_queue_launch_takes_fn_grid_and_block_by_keyword_and_refuses_one_twice(fake):
+    q = cd.Queue(streams=2)
+    x, y = buffers(2)
+    k = RecordingKernel("kw", "float* y, const float* x")
+    q.launch(fn=k, grid=2, block=64)
+    q.launch(k, block=32, grid=(1, 2))
+    assert [(g, b) for g, b, _, _ in k.calls] == [(2, 64), ((1, 2), 32)]
+    with pytest.raises(cd.ArgumentTypeError, match="multiple values for argument 'grid'"):
+        q.launch(k, 1, 32, y, x, grid=4)
+    assert len(k.calls) == 2
+
+
+def test_queue_launch_passes_its_arguments_in_order_and_other_keywords_to_the_kernel(fake):
+    q = cd.Queue(streams=2)
+    x, y, z = buffers(3)
+    k = RecordingKernel("fw", "float* y, const float* x, int n")
+    for _ in range(2):            # twice: nothing kept from the first call leaks into the second
+        q.launch(k, 3, 128, y, x, 7, shared_mem_bytes=256, cooperative=False, reads=[z], stream=q.streams[1])
+    assert k.calls == [(3, 128, (y, x, 7), {"shared_mem_bytes": 256, "cooperative": False})] * 2
+    assert lane_of(q, "fw") == 1
+    assert waits(q) == []
+    q.launch(k, 1, 32, z, x, 1, stream=q.streams[0])   # z was read (reads=): writing it waits for the reader
+    assert waits(q) == [(0, "fw")]
