@@ -61,11 +61,14 @@ over the C waiter's median; the target is <= 1.3, with
 ``--breakdown`` (off by default; a C flag, nothing is taken when off):
 per await sample of the channel modes, CLOCK_MONOTONIC stamps of (a) the
 waiter's ``cuEventSynchronize`` (or the host function) returning, (b) the
-eventfd written, (c) the loop's reader entered, (d) the coroutine resumed
-(``pycudadrv._channel.Channel._timestamps``); the medians of ``t0 -> a``
-less the kernel's GPU time (launch and completion detection), ``a -> b``,
-``b -> c``, ``c -> d`` go in ``results[...]["breakdown"]`` and, for the
-default mode at the longest kernel, in ``await_breakdown_*_us`` summary keys.
+eventfd written (``pycudadrv._channel.Channel._timestamps``), (s) the loop's
+selector returning with events (the bench wraps ``loop._selector.select``
+while ``--breakdown`` is on), (c) the loop's reader entered, (d) the coroutine
+resumed; the medians of ``t0 -> a`` less the kernel's GPU time (launch and
+completion detection), ``a -> b``, ``b -> s`` (the loop thread's wake-up),
+``s -> c`` (asyncio's iteration), ``c -> d`` go in
+``results[...]["breakdown"]`` and, for ``"spin"`` at the longest kernel, in
+``await_spin_breakdown_*_us`` summary keys.
 
 Output: the table, ``bench/results/await_latency.json`` and ``.png``. Exit 2
 without CUDA or a C compiler.
@@ -105,7 +108,7 @@ C_ASYNCIO = "C waiter+asyncio"     # the C waiter thread waking this asyncio loo
 ROWS = (SYNC, *MODE_ROWS.values(), *C_ROWS, C_ASYNCIO)
 ROW_MODE = {row: mode for mode, row in MODE_ROWS.items()}
 CHANNEL_MODES = ("spin", "blocking", "host_func")     # completions through the channel (--breakdown)
-GAPS = ("launch_to_wait", "wait_to_signal", "signal_to_reader", "reader_to_resume")
+GAPS = ("launch_to_wait", "wait_to_signal", "signal_to_select", "select_to_reader", "reader_to_resume")
 
 
 def p99(v):
@@ -233,10 +236,11 @@ def main(argv=None) -> int:
         if keep and breakdown is not None and row in ROW_MODE and ROW_MODE[row] in CHANNEL_MODES:
             ch = aio._completer(asyncio.get_running_loop()).channel
             ta, tb, tc = ch._timestamps() if ch is not None else (0, 0, 0)
-            if t0 < ta <= tb and ta <= tc <= t1:     # this sample's wake-up; (d) is t1 (the same clock)
+            ts = selected[0]
+            if t0 < ta <= tb <= ts <= tc <= t1:     # this sample's wake-up; (d) is t1 (the same clock)
                 gaps = breakdown.setdefault((ns, row), {k: [] for k in GAPS})
-                for key, v in zip(GAPS, ((ta - t0) / 1e3 - gpu_us, (tb - ta) / 1e3, (tc - tb) / 1e3,
-                                         (t1 - tc) / 1e3)):
+                for key, v in zip(GAPS, ((ta - t0) / 1e3 - gpu_us, (tb - ta) / 1e3, (ts - tb) / 1e3,
+                                         (tc - ts) / 1e3, (t1 - tc) / 1e3)):
                     gaps[key].append(v)
             else:
                 missing[row] = missing.get(row, 0) + 1
@@ -246,12 +250,24 @@ def main(argv=None) -> int:
         nonlocal loop
         loop = asyncio.get_running_loop()
         fd = c_await.watch(loop)
+        if breakdown is not None:            # stamp (s): the selector returning with events
+            select = loop._selector.select
+
+            def stamped(timeout=None):
+                ready = select(timeout)
+                if ready:
+                    selected[0] = perf_counter_ns()
+                return ready
+            loop._selector.select = stamped
         try:
             return await _run_all()
         finally:
             loop.remove_reader(fd)
+            if breakdown is not None:
+                del loop._selector.select
 
     loop = None
+    selected = [0]
 
     async def _run_all():
         out = {}
@@ -331,9 +347,10 @@ def main(argv=None) -> int:
         summary.update({f"await_{key}_us_median": med[row], f"await_{key}_us_p99": p99(res[row]),
                         f"await_{key}_cpu_us": mean_cpu[row]})
     summary["await_over_c_waiter"] = med[dflt] / med["C waiter+eventfd"]
-    if breakdown is not None and dflt in report[f"{longest:g}us"]["breakdown"]:
-        summary.update({f"await_breakdown_{gap}_us": v for gap, v in
-                        report[f"{longest:g}us"]["breakdown"][dflt].items() if gap in GAPS})
+    spin_row = MODE_ROWS["spin"]
+    if breakdown is not None and spin_row in report[f"{longest:g}us"]["breakdown"]:
+        summary.update({f"await_spin_breakdown_{gap}_us": v for gap, v in
+                        report[f"{longest:g}us"]["breakdown"][spin_row].items() if gap in GAPS})
     print(f"\nsummary ({longest:g} us kernel, default mode {default!r}): " +
           ", ".join(f"{k} = {v:.2f}" for k, v in summary.items()))
     data = {"summary": summary, **b.report_header()}
