@@ -501,8 +501,15 @@ def _completer(loop) -> _Completer:
     c = _last_completer()               # the last loop's (held weakly: a closed loop's goes with it)
     if c is None or c._loop() is not loop:
         c = _completers.get(loop)
+        if type(c) is weakref.ref:
+            c = c()
         if c is None:
-            c = _completers[loop] = _Completer(loop)
+            c = _Completer(loop)
+            try:                        # the loop owns its completer: a loop left unclosed with awaits pending
+                loop._pycudadrv_aio_completer = c     # (their waiters hold it) is a cycle gc frees, where a
+                _completers[loop] = weakref.ref(c)    # strong value here would keep its own key alive
+            except AttributeError:      # a loop without a __dict__ (uvloop): held here, as before
+                _completers[loop] = c
         _last_completer = weakref.ref(c)
     return c
 
