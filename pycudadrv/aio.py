@@ -128,15 +128,12 @@ def _running_loop():
 
 
 class GpuFuture:
-    """GPU work that can be awaited: made by :func:`launch`, :func:`submit`
-    and :func:`wait`.
+    """GPU work that can be awaited: made by :func:`launch`, :func:`submit` and :func:`wait`.
 
-    ``await fut`` resumes the task once the work has finished, or raises its
-    CudaError. :meth:`done` asks without blocking, :meth:`result` blocks the
-    thread (``cuEventSynchronize``). ``label`` names the work. A lazy future
-    (``lazy=True``) submits its work at the first ``await``, :meth:`submit`
-    or :meth:`result`; until then ``stream`` is None and :meth:`done` is
-    False."""
+    ``await fut`` resumes the task once the work has finished, or raises its CudaError. :meth:`done` asks
+    without blocking, :meth:`result` blocks the thread (``cuEventSynchronize``). ``label`` names the work. A
+    lazy future (``lazy=True``) submits its work at the first ``await``, :meth:`submit` or :meth:`result`;
+    until then ``stream`` is None and :meth:`done` is False."""
 
     __slots__ = ("label", "stream", "_event", "_keep", "_state", "_error", "_waiters", "_armed", "_ordered",
                  "_exposed", "_key", "_thunk", "_waiting", "__weakref__")
@@ -489,8 +486,7 @@ def _waiter_for(device):
 def _forget_after_fork():
     """In a forked child the parent's loops and channels are never touched; a child's loop gets its own."""
     global _completers, _last_completer
-    _completers = weakref.WeakKeyDictionary()
-    _last_completer = _NO_REF
+    _completers, _last_completer = weakref.WeakKeyDictionary(), _NO_REF
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -501,8 +497,11 @@ def _completer(loop) -> _Completer:
     c = _last_completer()               # the last loop's (held weakly: a closed loop's goes with it)
     if c is None or c._loop() is not loop:
         c = _completers.get(loop)
-        if c is None:
-            c = _completers[loop] = _Completer(loop)
+        c = c() if type(c) is weakref.ref else c
+        if c is None:       # owned by the loop, held weakly here: a loop left unclosed with awaits pending (their
+            c = _completers[loop] = _Completer(loop)     # waiters hold it) is a cycle gc frees, not kept by its
+            if hasattr(loop, "__dict__"):                # own key's value (a loop without a __dict__: held here)
+                loop._pycudadrv_aio_completer, _completers[loop] = c, weakref.ref(c)
         _last_completer = weakref.ref(c)
     return c
 

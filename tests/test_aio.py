@@ -446,6 +446,36 @@ def test_the_loop_mode_keeps_the_loop_awake_only_while_an_await_is_pending(fake)
         assert 1 <= len(idle) <= 3 and max(idle) > 0.005              # then the loop sleeps
 
 
+def test_a_loop_left_unclosed_with_an_await_pending_is_freed_with_what_the_future_kept(fake):
+    # A loop stopped (never closed, never run again) while a task awaits a GpuFuture: once the user
+    # drops it, gc frees the loop, its completer and what the future keeps alive (the launch's
+    # arguments). The completer must not hold the loop alive from a global table (its pending
+    # futures' waiters reference the loop: a WeakKeyDictionary value reaching its own key).
+    class Kept:
+        pass
+    refs = []
+    for _ in range(2):
+        loop = asyncio.new_event_loop()
+        kept = Kept()
+
+        events = []
+
+        async def main():
+            fut = aio._new_future("work", FakeStream(), kept)
+            events.append(fut.event)
+            await fut
+        task = loop.create_task(main())
+        loop.run_until_complete(asyncio.sleep(0.005))
+        assert not task.done()
+        complete(*events)                        # the GPU finishes; the loop never runs again
+        refs.append((weakref.ref(loop), weakref.ref(kept)))
+        task._log_destroy_pending = False        # (asyncio's "Task was destroyed" warning: expected here)
+        del loop, kept, task, main, events
+    time.sleep(0.05)                             # (host_func: the fake's host functions run on a thread)
+    gc.collect()
+    assert [(w_loop() is None, w_kept() is None) for w_loop, w_kept in refs] == [(True, True)] * 2
+
+
 def test_the_loop_mode_lets_other_tasks_run_and_finishes_a_stream_s_futures_in_order(fake):
     if fake != "loop":
         pytest.skip(f"checks the loop mode's poller; this run is the {fake!r} mode")
