@@ -474,8 +474,7 @@ class _Completer:
                 await asyncio.sleep(_config["interval_ms"] / 1e3)
 
 
-def _host_deliver(sig, channel, token):
-    """host_func mode: a C host function on ``sig`` hands ``token`` to ``channel`` (no GIL)."""
+def _host_deliver(sig, channel, token):     # host_func mode: a C host function on sig hands token to channel (no GIL)
     channel.host_deliver(sig.handle, token)
 
 
@@ -498,10 +497,12 @@ def _completer(loop) -> _Completer:
     if c is None or c._loop() is not loop:
         c = _completers.get(loop)
         c = c() if type(c) is weakref.ref else c
-        if c is None:       # owned by the loop, held weakly here: a loop left unclosed with awaits pending (their
-            c = _completers[loop] = _Completer(loop)     # waiters hold it) is a cycle gc frees, not kept by its
-            if hasattr(loop, "__dict__"):                # own key's value (a loop without a __dict__: held here)
+        if c is None:   # the loop owns it, held weakly here: awaits pending on a loop left unclosed are a cycle gc frees
+            c = _completers[loop] = _Completer(loop)
+            try:
                 loop._pycudadrv_aio_completer, _completers[loop] = c, weakref.ref(c)
+            except AttributeError:      # a loop that takes no attributes (uvloop's): held here, as before
+                pass
         _last_completer = weakref.ref(c)
     return c
 
