@@ -133,7 +133,7 @@ class CAwait:
         lib.await_run.restype = ctypes.c_int
         lib.await_stop.argtypes, lib.await_stop.restype = [], None
         lib.await_arm.argtypes, lib.await_arm.restype = [P, P, P, P, P], ctypes.c_int
-        for name in ("await_fd", "await_take", "await_signals"):
+        for name in ("await_fd", "await_take"):
             getattr(lib, name).argtypes, getattr(lib, name).restype = [], ctypes.c_int
         lib.await_elapsed_us.argtypes, lib.await_elapsed_us.restype = [P, P], ctypes.c_double
         self._fut = None

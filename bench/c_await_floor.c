@@ -34,7 +34,6 @@
  *                   add_reader), then calls await_take() (the waiter's CUresult; drains the fd).
  *   int         await_fd(void);                              the eventfd (the waiter started; -1: failed)
  *   int         await_take(void);
- *   int         await_signals(void);                         eventfd writes so far (a cheap poll)
  *   double      await_elapsed_us(void* start, void* end);    cuEventElapsedTime in us (-1 on an error)
  *   void        await_stop(void);                            joins the waiter thread
  */
@@ -122,11 +121,8 @@ static CUevent pending;               /* the one pending event (one await at a t
 static CUresult waiter_status;
 static int efd = -1;
 
-static volatile int signals;
-
 static void signal_fd(void) {
     uint64_t one = 1;
-    __atomic_add_fetch(&signals, 1, __ATOMIC_RELEASE);
     ssize_t r;
     do { r = write(efd, &one, sizeof one); } while (r < 0 && errno == EINTR);
     (void)r;
@@ -199,24 +195,32 @@ static int start_waiter(void) {
 
 int await_fd(void) { return start_waiter() == 0 ? efd : -1; }
 
-int await_signals(void) { return __atomic_load_n(&signals, __ATOMIC_ACQUIRE); }
+/* One sample's work: record start, the kernel (1 block of 32), record end. */
+static CUresult queue_work(void *func, CUstream s, void **params, void *start, void *end) {
+    CUresult r;
+    if ((r = p_record((CUevent)start, s)) != CUDA_SUCCESS)
+        return r;
+    if ((r = p_launch((CUfunction)func, 1, 1, 1, 32, 1, 1, 0, s, params, NULL)) != CUDA_SUCCESS)
+        return r;
+    return p_record((CUevent)end, s);
+}
+
+/* Hand `end` to the waiter thread. */
+static void hand_over(CUevent end) {
+    pthread_mutex_lock(&mu);
+    pending = end;
+    pthread_cond_signal(&cv);
+    pthread_mutex_unlock(&mu);
+}
 
 int await_arm(void *func, void *stream, void **params, void *start, void *end) {
-    CUstream s = (CUstream)stream;
     CUresult r;
     int rc = start_waiter();
     if (rc != 0)
         return rc;
-    if ((r = p_record((CUevent)start, s)) != CUDA_SUCCESS)
+    if ((r = queue_work(func, (CUstream)stream, params, start, end)) != CUDA_SUCCESS)
         return (int)r;
-    if ((r = p_launch((CUfunction)func, 1, 1, 1, 32, 1, 1, 0, s, params, NULL)) != CUDA_SUCCESS)
-        return (int)r;
-    if ((r = p_record((CUevent)end, s)) != CUDA_SUCCESS)
-        return (int)r;
-    pthread_mutex_lock(&mu);
-    pending = (CUevent)end;
-    pthread_cond_signal(&cv);
-    pthread_mutex_unlock(&mu);
+    hand_over((CUevent)end);
     return 0;
 }
 
@@ -246,11 +250,7 @@ int await_run(int mode, void *func, void *stream, void **params, void *start, vo
     double p0 = now_us(CLOCK_PROCESS_CPUTIME_ID), c0 = now_us(CLOCK_THREAD_CPUTIME_ID);
     for (int i = 0; i < samples; i++) {
         double t0 = now_us(CLOCK_MONOTONIC);
-        if ((r = p_record((CUevent)start, s)) != CUDA_SUCCESS)
-            return (int)r;
-        if ((r = p_launch((CUfunction)func, 1, 1, 1, 32, 1, 1, 0, s, params, NULL)) != CUDA_SUCCESS)
-            return (int)r;
-        if ((r = p_record((CUevent)end, s)) != CUDA_SUCCESS)
+        if ((r = queue_work(func, s, params, start, end)) != CUDA_SUCCESS)
             return (int)r;
         if (mode == AWAIT_SYNC) {
             if ((r = p_stream_sync(s)) != CUDA_SUCCESS)
@@ -261,10 +261,7 @@ int await_run(int mode, void *func, void *stream, void **params, void *start, vo
             if (wait_fd() != 0)
                 return -1;
         } else {
-            pthread_mutex_lock(&mu);
-            pending = (CUevent)end;
-            pthread_cond_signal(&cv);
-            pthread_mutex_unlock(&mu);
+            hand_over((CUevent)end);
             if (wait_fd() != 0)
                 return -1;
             if (waiter_status != CUDA_SUCCESS)

@@ -11,6 +11,7 @@ from libc.stdint cimport uint64_t
 from libc.stdlib cimport realloc, free
 from libc.string cimport memset
 from pycudadrv._cuda cimport *
+from pycudadrv._vcall cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, pycudadrv_install_method
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
 from pycudadrv._event cimport Event
@@ -523,28 +524,6 @@ cdef int let_go(list lanes) except -1:
 
 
 cdef extern from *:
-    """
-    /* Install `def` as a method descriptor of type `t` (a METH_FASTCALL method, the calling
-       convention Cython does not generate for *args). */
-    static int pycudadrv_install_fastcall(PyObject *t, PyMethodDef *def) {
-        PyObject *d = PyDescr_NewMethod((PyTypeObject *)t, def);
-        int r;
-        if (d == NULL) return -1;
-        r = PyDict_SetItemString(((PyTypeObject *)t)->tp_dict, def->ml_name, d);
-        Py_DECREF(d);
-        PyType_Modified((PyTypeObject *)t);
-        return r;
-    }
-    """
-    ctypedef struct PyMethodDef:
-        const char* ml_name
-        void* ml_meth
-        int ml_flags
-        const char* ml_doc
-    enum:
-        METH_FASTCALL
-        METH_KEYWORDS
-    int pycudadrv_install_fastcall(object t, PyMethodDef* d) except -1
     Py_ssize_t _tuple_size "PyTuple_GET_SIZE"(PyObject* t)
     PyObject* _tuple_get "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i)
 
@@ -561,7 +540,7 @@ cdef int install_fastcall(type t, bytes name, void* meth, bytes doc) except -1:
     d.ml_meth = meth
     d.ml_flags = METH_FASTCALL | METH_KEYWORDS
     d.ml_doc = doc
-    return pycudadrv_install_fastcall(t, d)
+    return pycudadrv_install_method(t, d)
 
 
 cdef dict launch_keywords(LaunchKeywords* kw, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):

@@ -9,6 +9,7 @@ from cpython.object cimport PyObject
 from libc.string cimport memcpy, memset
 
 from pycudadrv._cuda cimport *
+from pycudadrv._vcall cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, pycudadrv_install_method
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
@@ -464,28 +465,6 @@ cdef class Function(KernelBase):
 
 
 cdef extern from *:
-    """
-    /* Install `def` as a method descriptor of type `t` (what a `def` in the class body makes,
-       with a C calling convention Cython does not generate for *args: METH_FASTCALL). */
-    static int pycudadrv_install_method(PyObject *t, PyMethodDef *def) {
-        PyObject *d = PyDescr_NewMethod((PyTypeObject *)t, def);
-        int r;
-        if (d == NULL) return -1;
-        r = PyDict_SetItemString(((PyTypeObject *)t)->tp_dict, def->ml_name, d);
-        Py_DECREF(d);
-        PyType_Modified((PyTypeObject *)t);
-        return r;
-    }
-    """
-    ctypedef struct PyMethodDef:
-        const char* ml_name
-        void* ml_meth
-        int ml_flags
-        const char* ml_doc
-    enum:
-        METH_FASTCALL
-        METH_KEYWORDS
-    int pycudadrv_install_method(object t, PyMethodDef* d) except -1
     PyObject** _seq_items "PySequence_Fast_ITEMS"(object t)       # a tuple's items (borrowed)
     Py_ssize_t _tuple_size "PyTuple_GET_SIZE"(PyObject* t)
     PyObject* _tuple_get "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i)

@@ -214,9 +214,7 @@ cdef class TimestampsBase:
 # `__enter__` and `__exit__` are descriptors instead that hand out callables made once per Pass
 # (_PassEnter) and once per Timestamps (_PassExit): a pass allocates nothing.
 
-cdef extern from "pycudadrv/vcall.h":
-    int pycudadrv_enable_vectorcall(object t, object sample, void* field) except -1
-    Py_ssize_t pycudadrv_vectorcall_nargs(size_t nargsf)
+from pycudadrv._vcall cimport pycudadrv_enable_vectorcall, pycudadrv_vectorcall_nargs
 
 
 @cython.final

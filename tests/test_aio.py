@@ -417,15 +417,6 @@ def test_the_loop_mode_keeps_the_loop_awake_only_while_an_await_is_pending(fake)
 
     async def main():
         loop = asyncio.get_running_loop()
-        ticks = [0]
-
-        async def ticker():
-            while True:
-                ticks[0] += 1
-                await asyncio.sleep(0)
-        t = loop.create_task(ticker())
-        await asyncio.sleep(0)
-        t.cancel()
         poller = aio._completer(loop).poller
         out = []
         for _ in range(2):                       # twice: the poller stops and starts again

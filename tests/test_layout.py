@@ -17,7 +17,7 @@ needs_sources = pytest.mark.skipif(not HAS_SOURCES, reason="the package sources 
 
 #: Bottom up: a module may import only modules listed before it (plus the allow-list).
 LAYERS = [
-    "_errors", "_usage", "_textargs", "_uninit", "_env", "_paths", "_version", "_attributes", "_capabilities", "_cuda", "_driver_api",
+    "_errors", "_usage", "_textargs", "_uninit", "_env", "_paths", "_version", "_attributes", "_capabilities", "_cuda", "_vcall", "_driver_api",
     "_driver", "_device", "_stream", "_event", "_channel", "_waiter", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_mangled", "_signature",
     "_kernel",
     "_launch", "_module", "_graph", "_sequence", "_loops",

@@ -1,4 +1,5 @@
-/* Give a Cython extension type a vectorcall entry (PEP 590) after PyType_Ready.
+/* Give a Cython extension type a vectorcall entry (PEP 590) after PyType_Ready; install a
+ * METH_FASTCALL method (declared for Cython in pycudadrv/_vcall.pxd).
  *
  * Cython makes `__call__` a tp_call slot: every call packs its arguments into a tuple. A type whose
  * instances hold a vectorcallfunc at a fixed offset, with Py_TPFLAGS_HAVE_VECTORCALL set, is called
@@ -24,4 +25,19 @@ static inline int pycudadrv_enable_vectorcall(PyObject *t, PyObject *sample, voi
 }
 
 #define pycudadrv_vectorcall_nargs(nargsf) PyVectorcall_NARGS(nargsf)
+
+/* Install `def` as a method descriptor of type `t` (what a `def` in the class body makes, with a C
+ * calling convention Cython does not generate for *args: METH_FASTCALL | METH_KEYWORDS). `def`
+ * must live as long as the type. */
+static inline int pycudadrv_install_method(PyObject *t, PyMethodDef *def)
+{
+    PyObject *d = PyDescr_NewMethod((PyTypeObject *)t, def);
+    int r;
+    if (d == NULL)
+        return -1;
+    r = PyDict_SetItemString(((PyTypeObject *)t)->tp_dict, def->ml_name, d);
+    Py_DECREF(d);
+    PyType_Modified((PyTypeObject *)t);
+    return r;
+}
 #endif

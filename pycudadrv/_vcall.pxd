@@ -1,0 +1,16 @@
+# include/pycudadrv/vcall.h for Cython: C-level calling conventions Cython does not generate
+# (a vectorcall entry for an extension type; a METH_FASTCALL method installed on a type).
+from cpython.object cimport PyObject
+
+cdef extern from "pycudadrv/vcall.h":
+    ctypedef struct PyMethodDef:
+        const char* ml_name
+        void* ml_meth
+        int ml_flags
+        const char* ml_doc
+    enum:
+        METH_FASTCALL
+        METH_KEYWORDS
+    int pycudadrv_enable_vectorcall(object t, object sample, void* field) except -1
+    Py_ssize_t pycudadrv_vectorcall_nargs(size_t nargsf)
+    int pycudadrv_install_method(object t, PyMethodDef* d) except -1
