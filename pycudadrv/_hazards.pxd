@@ -75,6 +75,14 @@ cdef class _AllocStream:
     cdef unsigned long long want
     cdef bint unknown
 
+# The submission being collected uses memory of `r` made as Allocation.serial `serial` (0: unknown).
+cdef inline int want_serial(_AllocStream r, unsigned long long serial) except -1:
+    if serial == 0:
+        r.unknown = True
+    elif serial > r.want:
+        r.want = serial
+    return 0
+
 # The submission being collected (number `gen`) depends on `d`: the latest per lane counts, and each
 # lane with one is listed once in `deps` (its `dep`).
 cdef int add_dep(DepList* deps, long long gen, Submission d) except -1

@@ -1,13 +1,14 @@
 from libc.stdint cimport uint64_t
 from cpython.object cimport PyObject
 from pycudadrv._hazards cimport Submission, _Lane, DepList, _AllocStream, _EventPool
-from pycudadrv._tracker cimport _Tracker
+from pycudadrv._tracker cimport _Tracker, TrackHint
 
 # One byte range [lo, hi) touched by a submission (the Queue's scratch list of them).
 ctypedef struct QueueAccess:
     uint64_t lo
     uint64_t hi
     bint write
+    TrackHint hint                 # what the tracker's collect found, for its commit
 
 cdef class QueueCore:
     cdef object _device
@@ -44,6 +45,7 @@ cdef class QueueCore:
     cdef int _qskip, _qback        # dependency queries to skip (backoff after one found it not done)
     cdef object _memo_stream       # the last allocation stream looked up, and its _AllocStream (None: the pool's)
     cdef _AllocStream _memo_rec
+    cdef bint _memo_fresh          # _memo_rec is in _fresh already (for the submission being built)
 
     cdef int _check(self, str name) except -1
     cdef int _let_go(self) except -1

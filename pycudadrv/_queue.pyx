@@ -20,7 +20,7 @@ from pycudadrv._marshal cimport ParamLayout
 from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
 from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, pool_push, pool_pop,
-                                 K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL,
+                                 K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL, want_serial,
                                  new_lane, in_flight, pending_of, retire_to, retire_fronts, seen, set_seen, forget_seen,
                                  alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
                                  event_done, stream_idle, wait_stream, stream_closed, LaunchKeywords,
@@ -138,6 +138,7 @@ cdef class QueueCore:
     cdef int _begin(self) except -1:
         cdef Py_ssize_t k
         self._nacc = 0
+        self._memo_fresh = False
         for k in range(self._nfresh):
             self._fresh[k] = None
         self._nfresh = 0
@@ -165,6 +166,7 @@ cdef class QueueCore:
                     self._alloc_streams[id(st)] = r
             self._memo_stream = st
             self._memo_rec = r
+            self._memo_fresh = False
         if r is None:
             return 0
         for k in range(self._nfresh):
@@ -180,11 +182,8 @@ cdef class QueueCore:
             self._nfresh += 1
             r.want = 0
             r.unknown = False
-        if serial == 0:
-            r.unknown = True
-        elif serial > r.want:
-            r.want = serial
-        return 0
+        self._memo_fresh = True     # r is _memo_rec, in _fresh now
+        return want_serial(r, serial)
 
     cdef int _sight_buffer(self, object buf) except -1:
         if type(buf) is Buffer:
@@ -242,8 +241,10 @@ cdef class QueueCore:
                     continue
                 if b._closed or b._alloc.freed:
                     b.ensure_open()             # raises ClosedError
-                if b._alloc.stream is not self._memo_stream or self._memo_rec is not None:
-                    self._sight(b._alloc.stream, b._alloc.serial)   # else a pool stream's, seen just before
+                if b._alloc.stream is not self._memo_stream or (self._memo_rec is not None and not self._memo_fresh):
+                    self._sight(b._alloc.stream, b._alloc.serial)
+                elif self._memo_rec is not None:      # in _fresh already (else a pool stream's: nothing)
+                    want_serial(self._memo_rec, b._alloc.serial)
                 if mode:
                     self._add(b._ptr, b._ptr + b._nbytes, mode == 2, False)
                 continue
@@ -402,7 +403,8 @@ cdef class QueueCore:
         me._captured = m == 1
         self._deps.n = 0
         for a in range(self._nacc):
-            f = tracker.collect(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me, &self._deps, self._gen)
+            f = tracker.collect(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me, &self._deps, self._gen,
+                                &self._acc[a].hint)
             if first is None:
                 first = f
         lane = self._lane_of(stream) if stream is not None else self._choose(first)
@@ -498,7 +500,7 @@ cdef class QueueCore:
         else:
             lane.tail1 = me
         for a in range(self._nacc):
-            tracker.commit(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me)
+            tracker.commit(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me, &self._acc[a].hint)
         if m == 0:
             lane.inflight.append(me)
         self.submissions += 1
@@ -514,7 +516,7 @@ cdef class QueueCore:
     def _note_write(self, Submission sub, sp):
         """Record that ``sub`` wrote ``sp`` = ``(lo, hi)`` (an allocation made by it)."""
         if sp is not None:
-            (self._t0 if self._m == 0 else self._t1).commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub)
+            (self._t0 if self._m == 0 else self._t1).commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub, NULL)
 
     # -- submitting kernels (launch: _queue_launch below, a METH_FASTCALL method) ----------------------
     def submit(self, prepared, *, reads=None, writes=None, stream=None, bint timed=False):

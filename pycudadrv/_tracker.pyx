@@ -8,6 +8,7 @@ cimport cython
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport calloc, free
 from pycudadrv._hazards cimport Submission, _Lane, DepList, add_dep
+from pycudadrv._tracker cimport TrackHint
 
 from pycudadrv._errors import StateError
 
@@ -231,6 +232,8 @@ cdef class _Tracker:
 
     cdef int reset(self) except -1:
         """Forget every segment (the index keeps its capacity: a queue resets its tracker at each sync)."""
+        self.version += 1
+        self.removals += 1
         self._reindex([])
         self.segs = []
         self.limit = _PRUNE_MIN
@@ -266,18 +269,29 @@ cdef class _Tracker:
         return found
 
     cdef Submission collect(self, uint64_t lo, uint64_t hi, bint write, Submission me, DepList* deps,
-                            long long gen):
+                            long long gen, TrackHint* hint):
         """Hand :func:`add_dep` what an access of ``[lo, hi)`` must wait for; return the pending writer of
-        its first overlapping segment that has one (or None). Changes nothing here."""
+        its first overlapping segment that has one (or None). Changes nothing here; ``hint`` gets what
+        :meth:`commit` of the same range can skip looking up again."""
         cdef list segs = self.segs
         cdef Py_ssize_t i, n
         cdef void* hit = self._find(lo)
         cdef _Seg seg
         cdef Submission found = None, f
         if hit != NULL and (<_Seg>hit).hi == hi:    # the same range again (a whole Buffer, mostly)
+            hint.seg = hit
+            hint.at = -1
+            hint.stamp = self.removals
             return self._deps_of(<_Seg>hit, write, me, deps, gen)
+        hint.seg = NULL
         n = len(segs)
-        i = _bisect(segs, lo, True) - 1
+        i = _bisect(segs, lo, True)
+        if (i == 0 or (<_Seg>segs[i - 1]).hi <= lo) and (i == n or (<_Seg>segs[i]).lo >= hi):
+            hint.at = i            # overlaps nothing tracked: nothing to wait for, one new segment at i
+            hint.stamp = self.version
+            return None
+        hint.at = -1
+        i -= 1
         if i < 0:
             i = 0
         while i < n:
@@ -300,20 +314,37 @@ cdef class _Tracker:
         seg = <_Seg>segs[i]
         if seg.lo == x or seg.hi <= x:
             return 0
+        self.removals += 1      # `seg` is cut
         tail = _copy_seg(seg, x, seg.hi)
         segs.insert(i + 1, tail)
         self._put(tail)
         seg.hi = x
         return 0
 
-    cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub) except -1:
-        """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
+    cdef int commit(self, uint64_t lo, uint64_t hi, bint write, Submission sub, TrackHint* hint) except -1:
+        """Record that ``sub`` reads (or writes) ``[lo, hi)``; ``hint`` (or NULL) is what :meth:`collect`
+        found for the same range, used while nothing changed since that makes it stale."""
         cdef list segs = self.segs
         cdef Py_ssize_t n, i, j, k
-        cdef void* hit = self._find(lo)
+        cdef void* hit
         cdef _Seg seg, gap
         cdef uint64_t pos
         cdef list new
+        if hint != NULL:
+            if hint.seg != NULL and hint.stamp == self.removals:
+                hit = hint.seg          # still held by `segs`, its range unchanged
+            elif hint.at >= 0 and hint.stamp == self.version:
+                self.version += 1       # `segs` unchanged since: no overlap, and its place is known
+                seg = _new_seg(lo, hi, sub, None) if write else _new_seg(lo, hi, None, sub)
+                segs.insert(hint.at, seg)
+                self._put(seg)
+                if len(segs) > self.limit:
+                    self.prune()
+                return 0
+            else:
+                hit = self._find(lo)
+        else:
+            hit = self._find(lo)
         if hit != NULL and (<_Seg>hit).hi == hi:    # the same range again (a whole Buffer, mostly)
             seg = <_Seg>hit
             if write:
@@ -322,6 +353,7 @@ cdef class _Tracker:
             else:
                 _add_reader(seg, sub)
             return 0
+        self.version += 1
         n = len(segs)
         i = _bisect(segs, lo, True)
         if (i == 0 or (<_Seg>segs[i - 1]).hi <= lo) and (i == n or (<_Seg>segs[i]).lo >= hi):
@@ -330,6 +362,7 @@ cdef class _Tracker:
             segs.insert(i, seg)
             self._put(seg)
         else:
+            self.removals += 1      # a write replaces what it covers
             self._split(lo)
             self._split(hi)
             i = _bisect(segs, lo, False)
@@ -365,6 +398,8 @@ cdef class _Tracker:
         """Drop what only finished submissions touched (a C walk: no list made per segment)."""
         cdef list keep = []
         cdef _Seg seg
+        self.version += 1
+        self.removals += 1
         for seg in self.segs:
             if seg.r0 is not None:
                 _drop_finished_readers(seg)
