@@ -105,7 +105,7 @@ cdef int forget_seen(_Lane lane, int m) except -1
 
 # The driver calls of a submission: C for pycudadrv's own Streams and Events, their Python methods else.
 cdef int wait_event(object s, object ev) except -1          # cuStreamWaitEvent
-cdef int record_event(object ev, object s) except -1        # cuEventRecord
+cdef int record_event(object ev, object s, object launched=*) except -1     # cuEventRecord
 cdef bint event_done(object ev) except -1                   # cuEventQuery (CaptureError where forbidden)
 cdef bint stream_idle(object st) except -1                  # cuStreamQuery
 cdef int wait_stream(object s, object st) except -1         # s waits for the work queued on st so far

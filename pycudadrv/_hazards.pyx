@@ -417,9 +417,12 @@ cdef int wait_event(object s, object ev) except -1:
     return 0
 
 
-cdef int record_event(object ev, object s) except -1:
+cdef int record_event(object ev, object s, object launched=None) except -1:
+    """``cuEventRecord`` of ``ev`` on ``s``; ``launched``: a Function just launched (its launch made its device
+    current: the same device as the event's needs no second check)."""
     if type(ev) is Event and type(s) is Stream:
-        (<Event>ev)._record_on(<Stream>s, True)
+        (<Event>ev)._record_on(<Stream>s, type(launched) is not Function
+                               or (<Function>launched).device._context != (<Event>ev).device._context)
     else:
         ev.record(s)
     return 0

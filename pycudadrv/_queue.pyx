@@ -473,7 +473,7 @@ cdef class QueueCore:
                 target.launch_on(s)
             else:
                 target(s)
-            record_event(ev, s)
+            record_event(ev, s, target if kind == K_LAUNCH else None)
         except CudaError as err:
             if m == 0 and not timed:
                 pool_push(self._events, ev)
