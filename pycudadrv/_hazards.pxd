@@ -87,7 +87,10 @@ cdef inline int want_serial(_AllocStream r, unsigned long long serial) except -1
 # lane with one is listed once in `deps` (its `dep`).
 cdef int add_dep(DepList* deps, long long gen, Submission d) except -1
 cdef _Lane new_lane(int index, object stream, bint owned)
-cdef Py_ssize_t in_flight(_Lane lane)
+cdef extern from "Python.h":
+    Py_ssize_t _list_len "PyList_GET_SIZE"(object lst)
+cdef inline Py_ssize_t in_flight(_Lane lane) noexcept:     # (inflight: a list from new_lane on)
+    return _list_len(lane.inflight) - lane.head
 # The submissions of `lanes` not seen complete, in issue order.
 cdef list pending_of(list lanes)
 # Mark `lane`'s submissions up to `sub` (seen complete) done, recycling their events into `events`.
@@ -99,7 +102,10 @@ cdef Py_ssize_t retire_fronts(list lanes, _EventPool events) except -1
 cdef bint alloc_ordered(_AllocStream r, int lane)
 cdef int set_alloc_ordered(_AllocStream r, int lane) except -1
 # What `lane` (in mode m) already waited for of producer lane `producer`: the highest seq.
-cdef long long seen(_Lane lane, int m, int producer)
+cdef inline long long seen(_Lane lane, int m, int producer) noexcept:
+    if m == 0:
+        return lane.seen0[producer] if producer < lane.nseen0 else 0
+    return lane.seen1[producer] if producer < lane.nseen1 else 0
 cdef int set_seen(_Lane lane, int m, int producer, long long seq) except -1
 cdef int forget_seen(_Lane lane, int m) except -1
 

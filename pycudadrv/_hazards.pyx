@@ -362,16 +362,6 @@ cdef int set_alloc_ordered(_AllocStream r, int lane) except -1:
     return 0
 
 
-cdef Py_ssize_t in_flight(_Lane lane):
-    return len(lane.inflight) - lane.head
-
-
-cdef long long seen(_Lane lane, int m, int producer):
-    if m == 0:
-        return lane.seen0[producer] if producer < lane.nseen0 else 0
-    return lane.seen1[producer] if producer < lane.nseen1 else 0
-
-
 cdef int set_seen(_Lane lane, int m, int producer, long long seq) except -1:
     cdef long long** row = &lane.seen0 if m == 0 else &lane.seen1
     cdef Py_ssize_t* n = &lane.nseen0 if m == 0 else &lane.nseen1

@@ -7,6 +7,8 @@ pycudadrv._hazards.add_dep."""
 cimport cython
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport calloc, free
+from libc.string cimport memmove
+from cpython.object cimport PyObject
 from pycudadrv._hazards cimport Submission, _Lane, DepList, add_dep
 from pycudadrv._tracker cimport TrackHint
 
@@ -37,6 +39,22 @@ cdef inline _Seg _new_seg(uint64_t lo, uint64_t hi, Submission writer, Submissio
     s.writer = writer
     s.r0 = reader
     return s
+
+
+cdef extern from *:
+    PyObject** _list_items "PySequence_Fast_ITEMS"(object seq)     # a list's items (borrowed)
+
+
+cdef inline int _insert(list segs, Py_ssize_t i, _Seg seg) except -1:
+    """Insert ``seg`` at ``i`` with one memmove (list.insert moves the items after ``i`` one at a time)."""
+    cdef Py_ssize_t n = len(segs)
+    cdef PyObject** items
+    segs.append(seg)                    # the new reference, and room for it
+    if i < n:
+        items = _list_items(segs)
+        memmove(items + i + 1, items + i, (n - i) * sizeof(PyObject*))
+        items[i] = <PyObject*>seg
+    return 0
 
 
 cdef inline _Seg _copy_seg(_Seg seg, uint64_t lo, uint64_t hi):
@@ -316,7 +334,7 @@ cdef class _Tracker:
             return 0
         self.removals += 1      # `seg` is cut
         tail = _copy_seg(seg, x, seg.hi)
-        segs.insert(i + 1, tail)
+        _insert(segs, i + 1, tail)
         self._put(tail)
         seg.hi = x
         return 0
@@ -336,7 +354,7 @@ cdef class _Tracker:
             elif hint.at >= 0 and hint.stamp == self.version:
                 self.version += 1       # `segs` unchanged since: no overlap, and its place is known
                 seg = _new_seg(lo, hi, sub, None) if write else _new_seg(lo, hi, None, sub)
-                segs.insert(hint.at, seg)
+                _insert(segs, hint.at, seg)
                 self._put(seg)
                 if len(segs) > self.limit:
                     self.prune()
@@ -359,7 +377,7 @@ cdef class _Tracker:
         if (i == 0 or (<_Seg>segs[i - 1]).hi <= lo) and (i == n or (<_Seg>segs[i]).lo >= hi):
             # Overlaps nothing tracked: one new segment.
             seg = _new_seg(lo, hi, sub, None) if write else _new_seg(lo, hi, None, sub)
-            segs.insert(i, seg)
+            _insert(segs, i, seg)
             self._put(seg)
         else:
             self.removals += 1      # a write replaces what it covers
