@@ -83,6 +83,11 @@ cdef inline int want_serial(_AllocStream r, unsigned long long serial) except -1
         r.want = serial
     return 0
 
+# Nothing to note for memory of `r` (None: a pool stream) made as Allocation.serial `serial`: the stream
+# was seen idle after it was made (serial known: a Buffer's); noting it would change no ordering decision.
+cdef inline bint known_done(_AllocStream r, unsigned long long serial) noexcept:
+    return r is None or (serial != 0 and serial <= r.idle_upto)
+
 # The submission being collected (number `gen`) depends on `d`: the latest per lane counts, and each
 # lane with one is listed once in `deps` (its `dep`).
 cdef int add_dep(DepList* deps, long long gen, Submission d) except -1

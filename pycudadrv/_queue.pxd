@@ -45,7 +45,6 @@ cdef class QueueCore:
     cdef int _qskip, _qback        # dependency queries to skip (backoff after one found it not done)
     cdef object _memo_stream       # the last allocation stream looked up, and its _AllocStream (None: the pool's)
     cdef _AllocStream _memo_rec
-    cdef bint _memo_fresh          # _memo_rec is in _fresh already (for the submission being built)
 
     cdef int _check(self, str name) except -1
     cdef int _let_go(self) except -1

@@ -20,7 +20,7 @@ from pycudadrv._marshal cimport ParamLayout
 from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
 from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, pool_push, pool_pop,
-                                 K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL, want_serial,
+                                 K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL, want_serial, known_done,
                                  new_lane, in_flight, pending_of, retire_to, retire_fronts, seen, set_seen, forget_seen,
                                  alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
                                  event_done, stream_idle, wait_stream, stream_closed, LaunchKeywords,
@@ -138,7 +138,6 @@ cdef class QueueCore:
     cdef int _begin(self) except -1:
         cdef Py_ssize_t k
         self._nacc = 0
-        self._memo_fresh = False
         for k in range(self._nfresh):
             self._fresh[k] = None
         self._nfresh = 0
@@ -166,7 +165,6 @@ cdef class QueueCore:
                     self._alloc_streams[id(st)] = r
             self._memo_stream = st
             self._memo_rec = r
-            self._memo_fresh = False
         if r is None:
             return 0
         for k in range(self._nfresh):
@@ -182,7 +180,6 @@ cdef class QueueCore:
             self._nfresh += 1
             r.want = 0
             r.unknown = False
-        self._memo_fresh = True     # r is _memo_rec, in _fresh now
         return want_serial(r, serial)
 
     cdef int _sight_buffer(self, object buf) except -1:
@@ -241,10 +238,8 @@ cdef class QueueCore:
                     continue
                 if b._closed or b._alloc.freed:
                     b.ensure_open()             # raises ClosedError
-                if b._alloc.stream is not self._memo_stream or (self._memo_rec is not None and not self._memo_fresh):
-                    self._sight(b._alloc.stream, b._alloc.serial)
-                elif self._memo_rec is not None:      # in _fresh already (else a pool stream's: nothing)
-                    want_serial(self._memo_rec, b._alloc.serial)
+                if b._alloc.stream is not self._memo_stream or not known_done(self._memo_rec, b._alloc.serial):
+                    self._sight(b._alloc.stream, b._alloc.serial)     # (else a pool stream's, or known done)
                 if mode:
                     self._add(b._ptr, b._ptr + b._nbytes, mode == 2, False)
                 continue
