@@ -45,17 +45,18 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_QUEUE_POLICY": "stream choice of a Queue made without policy=: greedy (default) or round_robin",
     "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "0: do not order another library's arrays after their producer's stream "
                                            "(CuPy's CUPY_CUDA_ARRAY_INTERFACE_SYNC, Numba's NUMBA_...); default on",
-    "PYCUDADRV_AIO_COMPLETION": "pycudadrv.aio's completion mode at import: spin (default), blocking, host_func "
-                                "or poll",
+    "PYCUDADRV_AIO_COMPLETION": "pycudadrv.aio's completion mode at import: loop (default), spin, blocking, "
+                                "host_func or poll (any case)",
 }
 
 
-def _warn_once(name: str, value: str, what: str) -> None:
+def _warn_once(name: str, value: str, what: str, default: object = None) -> None:
     key = (name, value)
     if key in _warned:
         return
     _warned.add(key)
-    warnings.warn(f"{name}={value!r} is not {what}; using the default", RuntimeWarning, stacklevel=3)
+    named = "" if default is None else f" {default!r}"
+    warnings.warn(f"{name}={value!r} is not {what}; using the default{named}", RuntimeWarning, stacklevel=3)
 
 
 def _switch(name: str, choices: tuple[str, ...] = ()) -> str | bool | None:
@@ -122,7 +123,7 @@ def env_word(name: str, choices: tuple[str, ...], default: str) -> str:
     v = raw.strip().lower()
     if v in choices:
         return v
-    _warn_once(name, raw, "one of " + ", ".join(choices))
+    _warn_once(name, raw, "one of " + ", ".join(choices), default)
     return default
 
 

@@ -95,9 +95,9 @@ def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None,
     prev = dict(_config)
     new = dict(_config)          # every argument is checked before any takes effect
     if mode is not None:
-        if not isinstance(mode, str) or mode not in _MODES:
-            raise ArgumentValueError(f"aio.set_completion: mode must be one of {_MODES}, got {mode!r}")
-        new["mode"] = mode
+        if not isinstance(mode, str) or mode.strip().lower() not in _MODES:
+            raise ArgumentValueError(f"aio.set_completion: mode must be one of {_MODES} (any case), got {mode!r}")
+        new["mode"] = mode.strip().lower()
     for key, v in (("watchdog_ms", watchdog_ms), ("spin_us", spin_us), ("interval_ms", interval_ms)):
         if v is not None:
             x = None              # numpy numbers are numbers; an int too large for a float is not finite
@@ -114,7 +114,7 @@ def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None,
     return prev
 
 
-def get_completion() -> dict:
+def get_completion() -> dict[str, object]:
     """The current completion settings: ``{"mode", "watchdog_ms", "spin_us", "interval_ms"}``."""
     return dict(_config)
 
@@ -606,7 +606,7 @@ def _device(device):
     return get_current_device() if device is None else (device if isinstance(device, Device) else Device(device))
 
 
-def set_policy(new, device=None):
+def set_policy(new: object, device: "Device | int | None" = None) -> object:
     """Make ``new`` (anything with ``next_stream()``) the device's policy;
     returns the previous one. Raises ArgumentTypeError otherwise."""
     if not callable(getattr(new, "next_stream", None)):

@@ -317,6 +317,8 @@ def test_bad_arguments_are_refused(fake):
     try:
         aio.set_completion(watchdog_ms=np.float32(7.5), spin_us=np.int32(3))    # numpy numbers are numbers
         assert aio.get_completion()["watchdog_ms"] == 7.5 and aio.get_completion()["spin_us"] == 3.0
+        aio.set_completion(" Spin ")                   # any case, as PYCUDADRV_AIO_COMPLETION
+        assert aio.get_completion()["mode"] == "spin"
     finally:
         aio.set_completion(**prev)
     for bad in (None, object()):
@@ -344,6 +346,7 @@ def test_the_default_mode_is_loop_and_the_environment_chooses_another(monkeypatc
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_child_env(env))
         assert r.returncode == 0 and r.stdout.strip() == want, r.stderr
         assert ("is not one of loop, spin, blocking, host_func, poll" in r.stderr) == (value == "busy")
+        assert ("using the default 'loop'" in r.stderr) == (value == "busy")
 
 
 def _child_env(env=None):
