@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The completion channel of pycudadrv.aio's waiter modes (``"spin"``, ``"blocking"``) and of its
 ``"host_func"`` mode: where C threads hand one event loop its finished waits, and that loop's reader;
-and the loop poller of its ``"loop"`` mode (:class:`LoopPoller`).
+and the poller of its ``"loop"``, ``"poll"`` and ``"host_func"`` futures (:class:`LoopPoller`).
 
 A :class:`Channel` is a list of finished (token, CUresult) pairs behind a pthread mutex and an
 ``eventfd(2)`` (a self-pipe where there is none). A waiter thread (``pycudadrv._waiter``) or a host
@@ -384,15 +384,17 @@ cdef _resume_all(list out, loop):
 
 @cython.final
 cdef class LoopPoller:
-    """The ``"loop"`` completion mode of pycudadrv.aio for one event loop: the loop's own thread asks
-    the driver (``cuEventQuery``) whether the front future of each group has finished, once per loop
-    iteration while any future is pending (a callback that ``loop.call_soon``-s itself again; the
-    loop never sleeps in its selector meanwhile, so one core is busy, as for a blocking
-    ``synchronize()``); with nothing pending it is not scheduled and the loop sleeps.
+    """The futures of one event loop that pycudadrv.aio asks the driver about (``cuEventQuery``,
+    from here): those of its ``"loop"``, ``"poll"`` and ``"host_func"`` modes, in groups. A group is a
+    deque of futures that finish in order (one stream's, recorded in that order), or a lone future;
+    a sweep asks each group's front.
 
-    A group is a deque of futures that finish in order (one stream's, recorded in that order), or
-    a lone future. A finished future's awaiting tasks are resumed in the same iteration (as
-    :meth:`Channel.ready` does). A future whose event is not a pycudadrv event (or closed, never
+    ``"loop"`` mode: the loop's own thread sweeps once per loop iteration while any future is pending
+    (:meth:`run`, a callback that ``loop.call_soon``-s itself again from the first ``add(...,
+    spin=True)``; the loop never sleeps in its selector meanwhile, so one core is busy, as for a
+    blocking ``synchronize()``); with nothing pending it is not scheduled and the loop sleeps. A
+    future finished there has its awaiting tasks resumed in the same iteration (as
+    :meth:`Channel.ready` does). The other modes call :meth:`sweep` when they choose. A future whose event is not a pycudadrv event (or closed, never
     recorded, or a capture is in progress, when the driver must not be asked), or whose query
     fails, is asked through its own ``_check()`` (which turns a fault into its error).
 
@@ -403,6 +405,7 @@ cdef class LoopPoller:
     cdef Py_ssize_t _count
     cdef object _loop
     cdef bint _scheduled
+    cdef bint _spin                  # a "loop" future was added: run() schedules itself while any is pending
     cdef int _pending, _done
 
     def __cinit__(self, loop, int pending, int done):
@@ -416,18 +419,22 @@ cdef class LoopPoller:
         """The futures not yet seen finished."""
         return self._count
 
-    def add(self, gf, key):
-        """Watch GpuFuture ``gf`` in group ``key`` (behind that group's earlier futures), and be
-        scheduled (``loop.call_soon``) unless already."""
+    def add(self, gf, key, bint spin=True):
+        """Watch GpuFuture ``gf`` in group ``key`` (behind that group's earlier futures); with ``spin``
+        (the ``"loop"`` mode), be scheduled (``loop.call_soon``) unless already."""
         dq = self._groups.get(key)
         if dq is None:
             dq = self._groups[key] = deque()
         dq.append(gf)
         self._count += 1
+        if spin:
+            self._spin = True
         self._schedule()
 
     cdef int _schedule(self) except -1:
-        if self._scheduled or not self._count:
+        if not self._count:
+            self._spin = False
+        if self._scheduled or not self._spin:
             return 0
         loop = self._loop()
         if loop is None or loop.is_closed():
@@ -455,9 +462,38 @@ cdef class LoopPoller:
                     return 1
         return 1 if gf._check() else 0
 
+    cdef bint _drain(self, object key, object loop, list out) except -1:
+        """Finish group ``key``'s futures that have finished, front first; whether any did."""
+        dq = self._groups.get(key)
+        cdef bint progressed = False
+        while dq:
+            if not self._finished(dq[0], loop, out):
+                break
+            dq.popleft()
+            self._count -= 1
+            progressed = True
+        if dq is not None and not dq:
+            del self._groups[key]
+        return progressed
+
+    def sweep(self, key=None):
+        """Finish what has finished (each group's front first; only group ``key`` if given), their
+        asyncio futures resolved as usual (the awaiting tasks resume at the loop's next iteration);
+        whether anything finished."""
+        cdef bint progressed = False
+        loop = self._loop()
+        if loop is None:
+            return False
+        if key is not None:
+            return self._drain(key, loop, None)
+        for k in list(self._groups):
+            if self._drain(k, loop, None):
+                progressed = True
+        return progressed
+
     def run(self):
-        """One sweep (the loop's callback): finish what has finished, each group's front first,
-        resume the tasks awaiting those, and be scheduled again while any future is pending."""
+        """The ``"loop"`` mode's sweep (the loop's callback): finish what has finished, resume the tasks
+        awaiting those in this iteration, and be scheduled again while any future is pending."""
         self._scheduled = False
         loop = self._loop()
         if loop is None:
@@ -465,14 +501,7 @@ cdef class LoopPoller:
         out = []
         try:
             for key in list(self._groups):
-                dq = self._groups[key]
-                while dq:
-                    if not self._finished(dq[0], loop, out):
-                        break
-                    dq.popleft()
-                    self._count -= 1
-                if not dq:
-                    del self._groups[key]
+                self._drain(key, loop, out)
         finally:
             try:
                 _resume_all(out, loop)

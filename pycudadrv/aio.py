@@ -53,7 +53,6 @@ import math
 import os
 import time
 import weakref
-from collections import deque
 
 import numpy as np
 
@@ -346,11 +345,10 @@ class _Completer:
 
     def __init__(self, loop):
         self._loop = weakref.ref(loop)   # the loop keeps its completer alive in _completers, not the reverse
-        self.groups = {}        # key -> deque of GpuFutures (one stream's, in record order, or a lone one)
         self.timer = self.task = _NO_REF   # weakrefs (either holds the loop): the watchdog, the polling task
-        self.count, self.last_progress = 0, 0.0
+        self.last_progress = 0.0
         self.channel = None     # where the waiter threads hand over finished waits (spin, blocking)
-        self.poller = _waiter.LoopPoller(loop, _PENDING, _DONE)   # the "loop" mode's (C; scheduled while pending)
+        self.poller = _waiter.LoopPoller(loop, _PENDING, _DONE)   # the futures of loop, poll, host_func: groups
         self.waits = {}         # token -> GpuFuture, while a waiter thread waits for it
         self.signaled = {}      # token -> GpuFuture, until its host function ran (host_func mode)
         self.tokens = itertools.count(1)   # a token per armed wait or host function
@@ -366,15 +364,8 @@ class _Completer:
             return
         gf._armed = self._loop
         key = gf._key = gf.stream.handle if (gf._ordered and gf.stream is not None) else id(gf)
-        if mode == "loop":
-            self.poller.add(gf, key)
-            return
-        dq = self.groups.get(key)
-        if dq is None:
-            dq = self.groups[key] = deque()
-        dq.append(gf)
-        self.count += 1
-        if _config["mode"] == "host_func":
+        self.poller.add(gf, key, mode == "loop")     # ("loop": the poller schedules itself while pending)
+        if mode == "host_func":
             try:
                 sig = _signal_stream_for(gf.stream if gf._ordered else None, gf._event.device)
                 sig.wait(gf._event)
@@ -388,7 +379,7 @@ class _Completer:
             except (CaptureError, CudaError):
                 pass            # a capture forbids it, or a fault came first: the watchdog finds out
             self._schedule_watchdog()
-        else:
+        elif mode == "poll":
             self.last_progress = time.perf_counter()
             if self.task() is None or self.task().done():
                 self.task = weakref.ref(self.loop.create_task(self._poll()))
@@ -424,35 +415,19 @@ class _Completer:
     def _signaled(self, gf):
         """On the loop, after gf's host function ran: finish it and what is before it."""
         if gf._check():
-            self._drain(gf._key)
+            self.sweep(gf._key)
 
-    def _drain(self, key) -> bool:
-        dq = self.groups.get(key)
-        progressed = False
-        while dq:
-            gf = dq[0]
-            if gf._state == _PENDING and not gf._check():
-                break
-            dq.popleft()
-            self.count -= 1
-            progressed = True
-        if dq is not None and not dq:
-            del self.groups[key]
-        if not self.count and self.timer() is not None:   # nothing to watch: let the loop sleep
+    def sweep(self, key=None) -> bool:
+        """Finish what has completed (the poller's groups, each front first; only group ``key`` if given);
+        whether anything finished."""
+        progressed = self.poller.sweep(key)
+        if not self.poller.count and self.timer() is not None:   # nothing to watch: let the loop sleep
             self.timer().cancel()
             self.timer = _NO_REF
         return progressed
 
-    def sweep(self) -> bool:
-        """Finish what has completed (each group's front first); whether anything finished."""
-        progressed = False
-        for key in list(self.groups):
-            if self._drain(key):
-                progressed = True
-        return progressed
-
     def _schedule_watchdog(self):
-        if self.timer() is None and self.count:
+        if self.timer() is None and self.poller.count:
             self.timer = weakref.ref(self.loop.call_later(_config["watchdog_ms"] / 1e3, self._watchdog))
 
     def _watchdog(self):
@@ -462,11 +437,11 @@ class _Completer:
 
     async def _poll(self):
         import asyncio
-        while self.count:
+        while self.poller.count:
             now = time.perf_counter()
             if self.sweep():
                 self.last_progress = now
-            if not self.count:
+            if not self.poller.count:
                 break
             if (now - self.last_progress) * 1e6 < _config["spin_us"]:
                 await asyncio.sleep(0)
