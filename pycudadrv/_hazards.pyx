@@ -15,7 +15,7 @@ from pycudadrv._vcall cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, pycudad
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
 from pycudadrv._event cimport Event
-from pycudadrv._launch cimport Function, launch_vector
+from pycudadrv._launch cimport Function, launch_vector, vec_tuple
 from pycudadrv._marshal cimport POINTER
 from cpython.ref cimport PyObject
 from cpython.mem cimport PyMem_Malloc
@@ -488,7 +488,7 @@ cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_
         kw["stream"] = s
     else:
         kw = lane_kw
-    fn.launch(grid, block, *[<object>items[k] for k in range(n)], **kw)
+    fn.launch(grid, block, *vec_tuple(items, n), **kw)
     return 0
 
 cdef int retire_every(list lanes, _EventPool events, int every) except -1:

@@ -85,6 +85,9 @@ cdef Function make_function(CUfunction handle, str name, object module, Device d
 # Another library's array given as it is (CAI or DLPack; not a Buffer, None or a scalar).
 cdef bint is_foreign_memory(object a)
 
+# A tuple of items[0:n] (new references; the items borrowed from a METH_FASTCALL array).
+cdef tuple vec_tuple(PyObject** items, Py_ssize_t n)
+
 # Function.launch (grid, block, *args, **keywords) called from C with a METH_FASTCALL array:
 # argv[0:nargs] positional, then one value per name of the tuple kwnames (NULL: none).
 cdef object launch_vector(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames)

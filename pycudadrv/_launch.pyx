@@ -470,7 +470,7 @@ cdef extern from *:
     PyObject* _tuple_get "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i)
 
 
-cdef tuple _vec_tuple(PyObject** items, Py_ssize_t n):
+cdef tuple vec_tuple(PyObject** items, Py_ssize_t n):
     """A tuple of items[0:n] (new references): what the slow paths and the messages take."""
     return tuple([<object>items[k] for k in range(n)])
 
@@ -478,7 +478,7 @@ cdef tuple _vec_tuple(PyObject** items, Py_ssize_t n):
 cdef tuple _args_of(object args, PyObject** items, Py_ssize_t n):
     """issue_launch's arguments as a tuple (for a message or a capture record): ``args``, or, from
     the generic launch, its caller's array ``items[0:n]``."""
-    return tuple(args) if items == NULL else _vec_tuple(items, n)
+    return tuple(args) if items == NULL else vec_tuple(items, n)
 
 
 cdef struct _LaunchKw:
@@ -600,7 +600,7 @@ cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyO
         if _dl_owners:
             settle_dlpack_owners(s)     # a DLPack argument's export lives until the kernel has run
         return None
-    _launch_apart(fn, g, b, kw.shared_mem_bytes, s, lc, _vec_tuple(items, n))
+    _launch_apart(fn, g, b, kw.shared_mem_bytes, s, lc, vec_tuple(items, n))
     return None
 
 

@@ -15,7 +15,7 @@ from libc.stdlib cimport realloc, free
 from cpython.object cimport PyObject
 from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
-from pycudadrv._launch cimport Function, PreparedLaunch
+from pycudadrv._launch cimport Function, PreparedLaunch, vec_tuple
 from pycudadrv._marshal cimport ParamLayout
 from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
@@ -483,7 +483,7 @@ cdef class QueueCore:
             lane.load1 += 1
             if kind == K_LAUNCH:
                 if nargs:                     # launches on joined streams are not seen by the capture itself
-                    self._graph.hold(*[<object>args[k] for k in range(nargs)])
+                    self._graph.hold(*vec_tuple(args, nargs))
             elif kind == K_PREPARED:
                 self._graph.hold(target, *target.args)
             elif keep:
