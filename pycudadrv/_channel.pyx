@@ -23,8 +23,7 @@ from posix.unistd cimport getpid
 from posix.types cimport pid_t
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, make_error
-from pycudadrv._device cimport Device
-from pycudadrv._stream cimport EventBase, captures_active
+from pycudadrv._event cimport query_now
 
 import os
 from collections import deque
@@ -445,22 +444,17 @@ cdef class LoopPoller:
 
     cdef int _finished(self, gf, loop, list out) except -1:
         """1 if ``gf`` is finished now (finishing it), 0 if not."""
-        cdef EventBase ev
         cdef CUresult r
+        cdef int k
         if gf._state != self._pending:
             return 1
-        e = gf._event
-        if isinstance(e, EventBase) and not captures_active():
-            ev = <EventBase>e
-            if not ev._closed and ev._recorded:
-                ev.device.activate()
-                r = driver().p_cuEventQuery(ev._handle)
-                if r == CUDA_ERROR_NOT_READY:
-                    return 0
-                if r == CUDA_SUCCESS:
-                    gf._finish(self._done, loop, out)
-                    return 1
-        return 1 if gf._check() else 0
+        k = query_now(gf._event, True, &r)
+        if k == 0:
+            return 0
+        if k == 1:
+            gf._finish(self._done, loop, out)
+            return 1
+        return 1 if gf._check() else 0      # not asked here, or the query failed: its own check says why
 
     cdef bint _drain(self, object key, object loop, list out) except -1:
         """Finish group ``key``'s futures that have finished, front first; whether any did."""

@@ -7,7 +7,7 @@ from pycudadrv._driver cimport driver, check, make_error, warn_dealloc_failure
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport (Stream, EventBase, resolve_stream, check_not_capturing, destroy_handle,
-                                DESTROY_EVENT)
+                                DESTROY_EVENT, captures_active)
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, EventNotRecordedError
 from pycudadrv._textargs import _bool
@@ -171,3 +171,19 @@ cdef class Event(EventBase):
     def __repr__(self):
         state = "closed" if self._closed else ("recorded" if self._recorded else "not recorded")
         return f"<Event on device {self.device.ordinal}, timing={'on' if self.timing else 'off'}, {state}>"
+
+
+cdef int query_now(object ev, bint activate, CUresult* r) except -2:
+    cdef Event e
+    r[0] = CUDA_SUCCESS
+    if type(ev) is not Event or captures_active():
+        return -1
+    e = <Event>ev
+    if e._closed or not e._recorded:
+        return -1
+    if activate:
+        e.device.activate()
+    r[0] = driver().p_cuEventQuery(e._handle)
+    if r[0] == CUDA_ERROR_NOT_READY:
+        return 0
+    return 1 if r[0] == CUDA_SUCCESS else -1

@@ -14,7 +14,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._vcall cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, pycudadrv_install_method
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
-from pycudadrv._event cimport Event
+from pycudadrv._event cimport Event, query_now
 from pycudadrv._launch cimport Function, launch_vector, vec_tuple
 from pycudadrv._marshal cimport POINTER
 from cpython.ref cimport PyObject
@@ -420,16 +420,11 @@ cdef int record_event(object ev, object s, object launched=None) except -1:
 
 cdef bint event_done(object ev) except -1:
     """``cuEventQuery``: True once complete; raises CaptureError where a capture forbids the query."""
-    cdef Event ce
     cdef CUresult r
-    if type(ev) is Event and not captures_active():
-        ce = <Event>ev
-        if not ce._closed and ce._recorded:
-            r = driver().p_cuEventQuery(ce._handle)
-            if r == CUDA_ERROR_NOT_READY:
-                return False
-            check(r, "cuEventQuery")
-            return True
+    cdef int k = query_now(ev, False, &r)
+    if k >= 0:
+        return k
+    check(r, "cuEventQuery")          # (a failed query; else not asked here: ev.query() says why)
     return bool(ev.query())
 
 
