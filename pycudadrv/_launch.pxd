@@ -18,6 +18,7 @@ cdef class Function(KernelBase):
     cdef pycudadrv_argcache _args   # the objects packed last (owned scalars, borrowed Buffer addresses)
     cdef bint _busy                 # a launch is packing into _arena (Python code may run there)
     cdef unsigned long _layout_version   # counts set_signature calls (TritonLaunchBase's plans follow it)
+    cdef bint _launch_dict_calls    # launch was called with a dict of keywords: bind for tp_call (_launchmethod.pxi)
 
     cdef int _drop_cache(self) except -1
 

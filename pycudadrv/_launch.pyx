@@ -9,7 +9,8 @@ from cpython.object cimport PyObject
 from libc.string cimport memcpy, memset
 
 from pycudadrv._cuda cimport *
-from pycudadrv._vcall cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, pycudadrv_install_method
+from pycudadrv._vcall cimport (pycudadrv_enable_vectorcall, pycudadrv_vectorcall_nargs, pycudadrv_set_call,
+                               pycudadrv_set_method_descriptor, pycudadrv_set_type_attr, pycudadrv_tuple_items)
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
@@ -411,8 +412,8 @@ cdef class Function(KernelBase):
         """The ``CUfunction`` as an int."""
         return <uintptr_t>self._handle
 
-    # launch(grid, block, *args, ...) is _launch_fastcall below, installed as a method descriptor
-    # (METH_FASTCALL): the arguments are read in place from the caller's array, no tuple is built.
+    # launch(grid, block, *args, ...) is _launch_fastcall below, called through the descriptor of
+    # _launchmethod.pxi: the arguments are read in place from the caller's array (or tuple).
 
     def __call__(self, grid, block, *args, **kwargs):
         """Same as :meth:`launch`."""
@@ -492,44 +493,63 @@ cdef struct _LaunchKw:
     bint attrs                  # cooperative, cluster or programmatic_dependent given
 
 
+cdef int _launch_keyword(Function fn, _LaunchKw* kw, object key, PyObject* value) except -1:
+    """One keyword of Function.launch: `key` (a str) given `value` (borrowed: the caller's)."""
+    cdef object v = <object>value
+    if key == "stream":
+        kw.stream = value
+    elif key == "shared_mem_bytes":
+        kw.shared_mem_bytes = shared_mem_arg(v, f"kernel '{fn.name}'")
+    elif key == "cooperative":
+        kw.cooperative = v
+        kw.attrs = True
+    elif key == "cluster":
+        kw.cluster = value
+        kw.attrs = True
+    elif key == "programmatic_dependent":
+        kw.programmatic_dependent = v
+        kw.attrs = True
+    elif key == "grid" and kw.grid == NULL:
+        kw.grid = value
+    elif key == "block" and kw.block == NULL:
+        kw.block = value
+    elif key == "grid" or key == "block":
+        raise ArgumentTypeError(f"launch() got multiple values for argument '{key}'")
+    else:
+        raise ArgumentTypeError(f"launch() got an unexpected keyword argument '{key}'")
+    return 0
+
+
 cdef int _launch_keywords(Function fn, _LaunchKw* kw, PyObject** values, PyObject* kwnames) except -1:
     """The keywords of Function.launch (names in `kwnames`, values after the positional ones)."""
     cdef Py_ssize_t j
-    cdef object key, v
     for j in range(_tuple_size(kwnames)):
-        key = <object>_tuple_get(kwnames, j)
-        v = <object>values[j]
-        if key == "stream":
-            kw.stream = values[j]
-        elif key == "shared_mem_bytes":
-            kw.shared_mem_bytes = shared_mem_arg(v, f"kernel '{fn.name}'")
-        elif key == "cooperative":
-            kw.cooperative = v
-            kw.attrs = True
-        elif key == "cluster":
-            kw.cluster = values[j]
-            kw.attrs = True
-        elif key == "programmatic_dependent":
-            kw.programmatic_dependent = v
-            kw.attrs = True
-        elif key == "grid" and kw.grid == NULL:
-            kw.grid = values[j]
-        elif key == "block" and kw.block == NULL:
-            kw.block = values[j]
-        elif key == "grid" or key == "block":
-            raise ArgumentTypeError(f"launch() got multiple values for argument '{key}'")
-        else:
-            raise ArgumentTypeError(f"launch() got an unexpected keyword argument '{key}'")
+        _launch_keyword(fn, kw, <object>_tuple_get(kwnames, j), values[j])
     return 0
+
+
+cdef inline void _launch_kw_init(_LaunchKw* kw, PyObject** argv, Py_ssize_t nargs) noexcept:
+    """No keywords yet: grid and block from the first two positional arguments, if given."""
+    kw.shared_mem_bytes = 0
+    kw.stream = kw.cluster = NULL
+    kw.grid = argv[0] if nargs >= 1 else NULL
+    kw.block = argv[1] if nargs >= 2 else NULL
+    kw.cooperative = kw.programmatic_dependent = kw.attrs = False
 
 
 cdef str _KW_STREAM = "stream"      # interned, as the names of a caller's keywords are
 
 
 cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
-    """Function.launch(grid, block, *args, **keywords) as METH_FASTCALL | METH_KEYWORDS: the
-    kernel's arguments are read from the caller's array in place."""
-    cdef Function fn = <Function>self
+    """Function.launch(grid, block, *args, **keywords) from a vectorcall: the kernel's arguments are
+    read from the caller's array in place, a value per name of `kwnames` after the positional ones."""
+    return _launch_run(<Function>self, argv, nargs, kwnames, NULL)
+
+
+cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames, PyObject* kwdict):
+    """The launch: positional arguments `argv[0:nargs]`, grid and block first (unless given as
+    keywords), then keywords named by `kwnames` (values after the positional ones) or the dict
+    `kwdict` (or neither: both NULL); all borrowed from the caller for the call's length."""
     cdef _LaunchKw kw
     cdef unsigned int g[3]
     cdef unsigned int b[3]
@@ -539,16 +559,14 @@ cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyO
     cdef Py_ssize_t n = nargs - 2
     cdef void** kp
     cdef LaunchConfig lc = None
-    kw.shared_mem_bytes = 0
-    kw.stream = kw.cluster = NULL
-    kw.grid = argv[0] if nargs >= 1 else NULL
-    kw.block = argv[1] if nargs >= 2 else NULL
-    kw.cooperative = kw.programmatic_dependent = kw.attrs = False
+    _launch_kw_init(&kw, argv, nargs)
     if kwnames != NULL:
         if _tuple_size(kwnames) == 1 and _tuple_get(kwnames, 0) == <PyObject*>_KW_STREAM:
             kw.stream = argv[nargs]         # stream= alone (the caller's interned name: one compare)
         else:
             _launch_keywords(fn, &kw, argv + nargs, kwnames)
+    elif kwdict != NULL:
+        _launch_dict_keywords(fn, &kw, kwdict)
     if kw.grid == NULL or kw.block == NULL:
         raise ArgumentTypeError(f"launch() takes at least 2 positional arguments ({nargs} given): "
                                 f"fn.launch(grid, block, *args, shared_mem_bytes=0, stream=None, ...)")
@@ -663,7 +681,7 @@ cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned i
     return 0
 
 
-_LAUNCH_DOC = (Function.__name__ + ".launch(self, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None, "
+_LAUNCH_DOC_TEXT = (Function.__name__ + ".launch(self, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None, "
                "bool cooperative=False, cluster=None, bool programmatic_dependent=False)\n\n" + """Launch the kernel (``cuLaunchKernel``; ``cuLaunchKernelEx`` when a
 launch attribute is asked for, or the stream's capture joins kernels by PDL).
 
@@ -706,14 +724,11 @@ NotSupportedError
 CudaError
     The driver rejected the launch (names kernel, grid, block, shared
     memory and the arguments).
-""").encode()
-cdef PyMethodDef _launch_def
-_launch_def.ml_name = "launch"
-_launch_def.ml_meth = <void*>_launch_fastcall
-_launch_def.ml_flags = METH_FASTCALL | METH_KEYWORDS
-_launch_def.ml_doc = _LAUNCH_DOC
-pycudadrv_install_method(Function, &_launch_def)
+""")
 
+
+include "_launchmethod.pxi"
+_install_launch()
 
 include "_prepared.pxi"
 include "_mapped.pxi"

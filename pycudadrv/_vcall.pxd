@@ -14,3 +14,7 @@ cdef extern from "pycudadrv/vcall.h":
     int pycudadrv_enable_vectorcall(object t, object sample, void* field) except -1
     Py_ssize_t pycudadrv_vectorcall_nargs(size_t nargsf)
     int pycudadrv_install_method(object t, PyMethodDef* d) except -1
+    int pycudadrv_set_call(object t, void* call) except -1
+    int pycudadrv_set_method_descriptor(object t) except -1
+    int pycudadrv_set_type_attr(object t, const char* name, object v) except -1
+    PyObject** pycudadrv_tuple_items(PyObject* t)

@@ -92,6 +92,7 @@ class Segment:
     repeat: int = 1             # graph replays, loop times, sequence repeats
     stream: int = 0             # the user stream it runs on (eager/graph/loop/sequence/aio)
     paths: list = field(default_factory=list)   # per op for eager: generic | prepared | set_arg | launch_on | view
+                                                # | spelled | kwdict
     qstreams: int = 2
     completion: str = "loop"    # aio: the completion mode its awaits use
 
@@ -159,7 +160,8 @@ def make_program(seed, n_segments=10, foreign_kinds=("cai3", "dlpack")):
             ops = [_rand_op(rng) for _ in range(nops)]
         seg = Segment(how, ops, repeat=int(rng.integers(1, 4)), stream=int(rng.integers(3)),
                       qstreams=int(rng.choice([1, 2, 4])))
-        seg.paths = [str(rng.choice(["generic", "prepared", "set_arg", "launch_on", "view"])) for _ in ops]
+        seg.paths = [str(rng.choice(["generic", "prepared", "set_arg", "launch_on", "view", "spelled", "kwdict"]))
+                     for _ in ops]
         if how == "aio":
             seg.completion = str(rng.choice(["loop", "loop", "spin", "blocking", "host_func", "poll"]))
         segs.append(seg)
@@ -350,6 +352,14 @@ class Subject:
         args = arrays + scalars
         if path in ("generic", "view"):
             fn.launch(g, 256, *args, stream=s)
+        elif path == "spelled":          # the bound method, its arguments written out in the call
+            launch = fn.launch
+            if op.kind == "affine":
+                launch(g, 256, arrays[0], arrays[1], op.a, op.b, N, stream=s)
+            else:
+                launch(g, 256, arrays[0], arrays[1], arrays[2], N, stream=s)
+        elif path == "kwdict":           # keywords from a dict (the tuple-and-dict call of the bound method)
+            fn.launch(g, 256, *args, **{"stream": s, "shared_mem_bytes": 0})
         elif path == "prepared":
             p = fn.bind(g, 256, *args, stream=s)
             p.launch()

@@ -216,9 +216,9 @@ def test_every_long_file_exception_is_still_needed():
 @needs_sources
 def test_the_line_count_of_a_module_includes_its_pxi_files():
     own = open(os.path.join(PKG, "_launch.pyx"), encoding="utf-8").read().count("\n")
-    pxi = sum(open(os.path.join(PKG, f), encoding="utf-8").read().count("\n") for f in ("_prepared.pxi", "_mapped.pxi"))
+    pxi = sum(open(os.path.join(PKG, f), encoding="utf-8").read().count("\n") for f in ("_prepared.pxi", "_mapped.pxi", "_launchmethod.pxi"))
     assert _compiled_lines("_launch.pyx") == own + pxi
-    for f in ("_prepared.pxi", "_mapped.pxi"):
+    for f in ("_prepared.pxi", "_mapped.pxi", "_launchmethod.pxi"):
         assert f not in _compiled_files() and _module_of(f) == "_launch"
 
 

@@ -7,7 +7,9 @@ the proxy for host cost used by the launch work of issue 22. One row per run:
 instructions per iteration minus the empty loop's, and the fake driver's own fk_cu* share: what a
 C loop making the same driver calls would cost.) Rows: ``prepared`` p.launch() of a 4-parameter
 kernel; ``generic`` f.launch(4, 256, y, x, 2.0, 1024, stream=s); ``generic64`` a kernel of 64
-parameters (a pointer, 63 ints); ``triton`` TritonKernel.launch(1, y, x, 0, 1.0, stream=s) over a
+parameters (a pointer, 63 ints) called g.launch(1, 32, *args64, stream=s); ``generic_hoisted`` and
+``generic64_hoisted`` the same calls through ``launch = fn.launch`` fetched once (as bench/launch_overhead.py
+calls them); ``triton`` TritonKernel.launch(1, y, x, 0, 1.0, stream=s) over a
 stand-in CompiledKernel (Triton's 3.5 convention, no scratch needed) of an NVRTC CUBIN; ``tsprep``
 ``with ts.measure("step"): p.launch()`` with a try_take() every 256 passes; ``tspass`` the same passes
 without try_take (the bench's timed row); ``events`` two
@@ -45,6 +47,12 @@ def run(n):
         for _ in range(n): p.launch()
     elif which == "generic":
         for _ in range(n): f.launch(4, 256, y, x, 2.0, 1024, stream=s)
+    elif which == "generic_hoisted":      # launch = f.launch; launch(...): the bench's main generic row
+        launch = f.launch
+        for _ in range(n): launch(4, 256, y, x, 2.0, 1024, stream=s)
+    elif which == "generic64_hoisted":    # the bench's parameter-count rows
+        launch = g.launch
+        for _ in range(n): launch(1, 32, *args64, stream=s)
     elif which == "generic64":
         for _ in range(n): g.launch(1, 32, *args64, stream=s)
     elif which == "triton":

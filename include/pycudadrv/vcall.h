@@ -26,6 +26,37 @@ static inline int pycudadrv_enable_vectorcall(PyObject *t, PyObject *sample, voi
 
 #define pycudadrv_vectorcall_nargs(nargsf) PyVectorcall_NARGS(nargsf)
 
+/* After pycudadrv_enable_vectorcall: calls with a tuple and a dict (f(*args, **kw), PyObject_Call)
+ * of an instance whose vectorcallfunc is NULL take `call` with that tuple and dict as they are,
+ * not PyVectorcall_Call (which copies them into an argument array: a heap block past 64
+ * arguments). */
+static inline int pycudadrv_set_call(PyObject *t, void *call)
+{
+    ((PyTypeObject *)t)->tp_call = (ternaryfunc)call;
+    PyType_Modified((PyTypeObject *)t);
+    return 0;
+}
+
+/* Mark `t` (a descriptor type whose tp_descr_get binds) as behaving like a method descriptor:
+ * `obj.name(...)` then calls the descriptor itself with obj first, building no bound object. */
+static inline int pycudadrv_set_method_descriptor(PyObject *t)
+{
+    ((PyTypeObject *)t)->tp_flags |= Py_TPFLAGS_METHOD_DESCRIPTOR;
+    PyType_Modified((PyTypeObject *)t);
+    return 0;
+}
+
+/* Set attribute `name` of the (static, immutable) type `t` to `v`, once, at import. */
+static inline int pycudadrv_set_type_attr(PyObject *t, const char *name, PyObject *v)
+{
+    int r = PyDict_SetItemString(((PyTypeObject *)t)->tp_dict, name, v);
+    PyType_Modified((PyTypeObject *)t);
+    return r;
+}
+
+/* The items of a tuple, in place. */
+#define pycudadrv_tuple_items(t) (&PyTuple_GET_ITEM((t), 0))
+
 /* Install `def` as a method descriptor of type `t` (what a `def` in the class body makes, with a C
  * calling convention Cython does not generate for *args: METH_FASTCALL | METH_KEYWORDS). `def`
  * must live as long as the type. */

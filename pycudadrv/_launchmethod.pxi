@@ -1,0 +1,170 @@
+# Function.launch: a descriptor and a bound-method type of pycudadrv's own (included by _launch.pyx).
+#
+# CPython's own method descriptor hands every call to _launch_fastcall with the caller's argument
+# array, except a call that comes with a dict of keywords -- fn.launch(g, b, *args, stream=s), a
+# wrapper forwarding **kw, functools.partial, PyObject_Call from C -- which it first copies into a
+# new array (PyVectorcall_Call: a heap block and a reference per argument; 0.25 us for 64 arguments
+# on this project's hosts, more than the rest of the launch's own work). These types take such a call
+# with the caller's tuple and dict as they are:
+#
+# * ``fn.launch(...)`` spelled in place builds no bound object: the descriptor is marked a method
+#   descriptor, so CPython calls it with fn first in the caller's array (_descr_vc).
+# * ``fn.launch`` as a value is a _BoundLaunch. Its vectorcall (_bound_vc) takes calls spelled out
+#   (launch = fn.launch; launch(g, b, x, y, stream=s)). A call that reaches it with keyword names the
+#   interpreter built a moment ago (a reference count of one: PyVectorcall_Call's copy of a dict;
+#   a call spelled out names a constant of its code) marks the Function: this bound object and
+#   every later one take their calls through tp_call (_bound_call), with the tuple and dict as
+#   they come. A call spelled out then builds that tuple and dict (about 45 ns): the convention
+#   follows the Function's callers, one way, never back.
+
+cdef extern from *:
+    Py_ssize_t _refcnt "Py_REFCNT"(PyObject* o)
+    int _dict_next "PyDict_Next"(PyObject* d, Py_ssize_t* pos, PyObject** key, PyObject** value)
+    Py_ssize_t _dict_size "PyDict_GET_SIZE"(PyObject* d)
+    PyObject* _dict_get "PyDict_GetItemWithError"(PyObject* d, PyObject* key) except? NULL
+
+
+@cython.final
+cdef class _LaunchDescriptor:
+    """The descriptor ``Function.launch`` (see :meth:`Function.launch`)."""
+    cdef void* _vc                  # _descr_vc: fn.launch(...) called in place, fn first
+
+    def __get__(self, obj, objtype):
+        if obj is None:
+            return self
+        if not isinstance(obj, Function):
+            raise ArgumentTypeError(f"descriptor 'launch' of 'pycudadrv.Function' objects does not apply to a "
+                                    f"'{type(obj).__name__}' object")
+        return _bind_launch(<Function>obj)
+
+    @property
+    def __doc__(self):
+        return _LAUNCH_DOC_TEXT
+
+    @property
+    def __name__(self):
+        return "launch"
+
+    @property
+    def __qualname__(self):
+        return "Function.launch"
+
+    @property
+    def __objclass__(self):
+        return Function
+
+    @property
+    def __signature__(self):
+        return _launch_signature(True)
+
+    def __repr__(self):
+        return "<method 'launch' of 'pycudadrv.Function' objects>"
+
+
+@cython.final
+@cython.freelist(8)
+cdef class _BoundLaunch:
+    """``fn.launch``: :meth:`Function.launch` bound to one Function."""
+    cdef void* _vc                  # _bound_vc, or NULL: the calls go to _bound_call (tuple and dict)
+    cdef Function _fn
+
+    @property
+    def __self__(self):
+        return self._fn
+
+    @property
+    def __func__(self):
+        return Function.__dict__["launch"]
+
+    @property
+    def __doc__(self):
+        return _LAUNCH_DOC_TEXT
+
+    @property
+    def __name__(self):
+        return "launch"
+
+    @property
+    def __qualname__(self):
+        return "Function.launch"
+
+    @property
+    def __signature__(self):
+        return _launch_signature(False)
+
+    def __eq__(self, other):
+        return isinstance(other, _BoundLaunch) and (<_BoundLaunch>other)._fn is self._fn
+
+    def __hash__(self):
+        return hash((id(self._fn), "launch"))
+
+    def __repr__(self):
+        return f"<bound method Function.launch of {self._fn!r}>"
+
+
+cdef _BoundLaunch _bind_launch(Function fn):
+    cdef _BoundLaunch m = _BoundLaunch.__new__(_BoundLaunch)
+    m._fn = fn
+    m._vc = NULL if fn._launch_dict_calls else <void*>_bound_vc
+    return m
+
+
+cdef object _descr_vc(object self, PyObject** args, size_t nargsf, PyObject* kwnames):
+    cdef Py_ssize_t n = pycudadrv_vectorcall_nargs(nargsf)
+    if n < 1 or not isinstance(<object>args[0], Function):
+        raise ArgumentTypeError("Function.launch(fn, grid, block, *args, ...) needs a Function first, got "
+                                + ("nothing" if n < 1 else type(<object>args[0]).__name__))
+    return _launch_fastcall(<object>args[0], args + 1, n - 1, kwnames)
+
+
+cdef object _bound_vc(PyObject* self, PyObject** args, size_t nargsf, PyObject* kwnames):
+    cdef PyObject* fn = <PyObject*>(<_BoundLaunch>self)._fn      # borrowed: self holds it
+    if kwnames != NULL and _refcnt(kwnames) == 1:
+        (<Function>fn)._launch_dict_calls = True    # keyword names made for this call: a dict's copy
+        (<_BoundLaunch>self)._vc = NULL
+    return _launch_fastcall(<object>fn, args, pycudadrv_vectorcall_nargs(nargsf), kwnames)
+
+
+cdef object _bound_call(object self, PyObject* args, PyObject* kwargs):
+    """tp_call of _BoundLaunch: the caller's tuple `args` and dict `kwargs` (or NULL) as they are."""
+    return _launch_run((<_BoundLaunch>self)._fn, pycudadrv_tuple_items(args), _tuple_size(args), NULL,
+                       kwargs if kwargs != NULL and _dict_size(kwargs) else NULL)
+
+
+cdef int _launch_dict_keywords(Function fn, _LaunchKw* kw, PyObject* kwargs) except -1:
+    """The keywords of Function.launch from the caller's dict (stream= alone: one lookup)."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* value
+    if _dict_size(kwargs) == 1:
+        value = _dict_get(kwargs, <PyObject*>_KW_STREAM)
+        if value != NULL:
+            kw.stream = value
+            return 0
+    while _dict_next(kwargs, &pos, &key, &value):
+        _launch_keyword(fn, kw, <object>key, value)
+    return 0
+
+
+cdef object _launch_signature(bint unbound):
+    """inspect.Signature of Function.launch (with ``self`` when `unbound`)."""
+    import inspect
+    P = inspect.Parameter
+    ps = [P("self", P.POSITIONAL_OR_KEYWORD)] if unbound else []
+    ps += [P("grid", P.POSITIONAL_OR_KEYWORD), P("block", P.POSITIONAL_OR_KEYWORD), P("args", P.VAR_POSITIONAL),
+           P("shared_mem_bytes", P.KEYWORD_ONLY, default=0), P("stream", P.KEYWORD_ONLY, default=None),
+           P("cooperative", P.KEYWORD_ONLY, default=False), P("cluster", P.KEYWORD_ONLY, default=None),
+           P("programmatic_dependent", P.KEYWORD_ONLY, default=False)]
+    return inspect.Signature(ps, return_annotation=None)
+
+
+cdef int _install_launch() except -1:
+    cdef _LaunchDescriptor d = _LaunchDescriptor.__new__(_LaunchDescriptor)
+    cdef _BoundLaunch m = _BoundLaunch.__new__(_BoundLaunch)
+    pycudadrv_enable_vectorcall(_LaunchDescriptor, d, &d._vc)
+    pycudadrv_set_method_descriptor(_LaunchDescriptor)
+    pycudadrv_enable_vectorcall(_BoundLaunch, m, &m._vc)
+    pycudadrv_set_call(_BoundLaunch, <void*>_bound_call)
+    d._vc = <void*>_descr_vc
+    pycudadrv_set_type_attr(Function, "launch", d)
+    return 0
