@@ -102,7 +102,7 @@ cdef list pending_of(list lanes)
 cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1
 # Query each lane (cuEventQuery: its front, then its tail, then halves between) and retire what
 # completed; returns how many submissions were retired.
-cdef Py_ssize_t retire_fronts(list lanes, _EventPool events) except -1
+cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=*) except -1
 # Whether `lane` (an index) already has the allocation work `r.want` asks for behind it.
 cdef bint alloc_ordered(_AllocStream r, int lane)
 cdef int set_alloc_ordered(_AllocStream r, int lane) except -1
