@@ -24,4 +24,4 @@ cdef class LaunchBuilder:
     cdef int _launch_checks(self, Stream s) except -1
 
 cdef LaunchBuilder new_builder(Function fn, object grid, object block, object shared_mem_bytes, object stream,
-                               bint cooperative, object cluster, bint programmatic_dependent)
+                               object cooperative, object cluster, object programmatic_dependent)

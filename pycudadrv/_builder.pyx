@@ -391,7 +391,7 @@ cdef tuple _c_strides(tuple shape):
 
 
 cdef LaunchBuilder new_builder(Function fn, object grid, object block, object shared_mem_bytes, object stream,
-                               bint cooperative, object cluster, bint programmatic_dependent):
+                               object cooperative, object cluster, object programmatic_dependent):
     cdef LaunchBuilder lb = LaunchBuilder.__new__(LaunchBuilder, _TOKEN)
     cdef ParamLayout lay = fn.layout
     lb.config = LaunchConfig(fn, grid, block, shared_mem_bytes, cooperative=cooperative, cluster=cluster,

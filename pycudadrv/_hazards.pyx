@@ -15,7 +15,7 @@ from pycudadrv._vcall cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, pycudad
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
 from pycudadrv._event cimport Event, query_now
-from pycudadrv._launch cimport Function, launch_vector, vec_tuple
+from pycudadrv._launch cimport Function, launch_vector, vec_tuple, flag_arg
 from pycudadrv._marshal cimport POINTER
 from cpython.ref cimport PyObject
 from cpython.mem cimport PyMem_Malloc
@@ -565,7 +565,7 @@ cdef dict launch_keywords(LaunchKeywords* kw, PyObject** argv, Py_ssize_t nargs,
             elif key == "writes":
                 kw.writes = argv[nargs + j]
             elif key == "timed":
-                kw.timed = <object>argv[nargs + j]
+                kw.timed = flag_arg(<object>argv[nargs + j], "timed", "Queue.launch")
             elif key == "fn" or key == "grid" or key == "block":
                 k = 0 if key == "fn" else (1 if key == "grid" else 2)
                 if kw.head[k] != NULL:

@@ -92,3 +92,5 @@ cdef tuple vec_tuple(PyObject** items, Py_ssize_t n)
 # Function.launch (grid, block, *args, **keywords) called from C with a METH_FASTCALL array:
 # argv[0:nargs] positional, then one value per name of the tuple kwnames (NULL: none).
 cdef object launch_vector(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames)
+
+cdef bint flag_arg(object v, str name, str where) except -1

@@ -243,6 +243,19 @@ def _timed(Stream s, launch, *args, **kwargs):
     return int(round(Event.elapsed_ms(start, end) * 1e6))
 
 
+cdef bint flag_arg(object v, str name, str where) except -1:
+    """A yes/no keyword (``cooperative=``, ``programmatic_dependent=``, ``timed=``): True, False, a numpy
+    bool, or the ints 1 and 0. Anything else (a string such as "no", None, 2) raises ArgumentTypeError
+    naming it, instead of counting as its truth value."""
+    if v is True or v is False:
+        return v is True
+    if type(v) is int and (v == 0 or v == 1):
+        return v == 1
+    if isinstance(v, np.bool_):
+        return bool(v)
+    raise ArgumentTypeError(f"{where}: {name} must be True or False, got {type(v).__name__} {v!r:.60}")
+
+
 cdef unsigned int shared_mem_arg(object v, str where) except? 0xFFFFFFFF:
     """``shared_mem_bytes`` as given to bind() or LaunchConfig: an int in [0, 2**32)."""
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
@@ -265,7 +278,7 @@ cdef class LaunchConfig:
     capability 9.0 or a cooperative launch the device cannot do."""
 
     def __init__(self, fn=None, grid=None, block=None, shared_mem_bytes=0, *,
-                 bint cooperative=False, cluster=None, bint programmatic_dependent=False):
+                 cooperative=False, cluster=None, programmatic_dependent=False):
         if not isinstance(fn, Function):
             raise ArgumentTypeError(f"LaunchConfig(fn, grid, block, shared_mem_bytes=0, ...) takes the Function "
                                     f"first, got {type(fn).__name__}; a prepared launch's configuration is "
@@ -276,8 +289,8 @@ cdef class LaunchConfig:
         parse_dims(grid, self.grid, "grid", False)
         parse_dims(block, self.block, "block", False)
         self.shared_mem_bytes = shmem
-        self.cooperative = cooperative
-        self.programmatic = programmatic_dependent
+        self.cooperative = flag_arg(cooperative, "cooperative", f"kernel '{f.name}'")
+        self.programmatic = flag_arg(programmatic_dependent, "programmatic_dependent", f"kernel '{f.name}'")
         self.cluster[0] = self.cluster[1] = self.cluster[2] = 1
         if cluster is not None:
             parse_dims(cluster, self.cluster, "cluster", False)
@@ -434,7 +447,7 @@ cdef class Function(KernelBase):
     launch_timed = launch_timed_ns
 
     def bind(self, grid, block, *args, shared_mem_bytes=0, stream=None,
-             bint cooperative=False, cluster=None, bint programmatic_dependent=False):
+             cooperative=False, cluster=None, programmatic_dependent=False):
         """A :class:`PreparedLaunch` of this kernel with a fixed configuration.
 
         The grid, block, shared memory, stream and launch attributes are
@@ -445,8 +458,8 @@ cdef class Function(KernelBase):
                               cooperative=cooperative, cluster=cluster,
                               programmatic_dependent=programmatic_dependent)
 
-    def builder(self, grid, block, *, shared_mem_bytes=0, stream=None, bint cooperative=False, cluster=None,
-                bint programmatic_dependent=False):
+    def builder(self, grid, block, *, shared_mem_bytes=0, stream=None, cooperative=False, cluster=None,
+                programmatic_dependent=False):
         """A :class:`pycudadrv.LaunchBuilder` of this kernel (the cuda-async
         launch builder): arguments are pushed one at a time
         (``push_arg``, ``push_tensor``), then ``launch()``, ``bind()`` or
@@ -501,13 +514,13 @@ cdef int _launch_keyword(Function fn, _LaunchKw* kw, object key, PyObject* value
     elif key == "shared_mem_bytes":
         kw.shared_mem_bytes = shared_mem_arg(v, f"kernel '{fn.name}'")
     elif key == "cooperative":
-        kw.cooperative = v
+        kw.cooperative = flag_arg(v, "cooperative", f"kernel '{fn.name}'")
         kw.attrs = True
     elif key == "cluster":
         kw.cluster = value
         kw.attrs = True
     elif key == "programmatic_dependent":
-        kw.programmatic_dependent = v
+        kw.programmatic_dependent = flag_arg(v, "programmatic_dependent", f"kernel '{fn.name}'")
         kw.attrs = True
     elif key == "grid" and kw.grid == NULL:
         kw.grid = value

@@ -55,7 +55,7 @@ cdef class PreparedLaunch:
         self._n_flags = 0
 
     def __init__(self, fn=None, grid=None, block=None, *args, shared_mem_bytes=0, stream=None,
-                 bint cooperative=False, cluster=None, bint programmatic_dependent=False):
+                 cooperative=False, cluster=None, programmatic_dependent=False):
         cdef int k
         if not isinstance(fn, Function):
             raise ArgumentTypeError(f"PreparedLaunch objects come from fn.bind(grid, block, *args) (or "

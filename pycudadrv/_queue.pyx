@@ -15,7 +15,7 @@ from libc.stdlib cimport realloc, free
 from cpython.object cimport PyObject
 from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
-from pycudadrv._launch cimport Function, PreparedLaunch, vec_tuple
+from pycudadrv._launch cimport Function, PreparedLaunch, vec_tuple, flag_arg
 from pycudadrv._marshal cimport ParamLayout
 from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
@@ -491,12 +491,13 @@ cdef class QueueCore:
         self.submissions += 1
         return me
 
-    def _issue_call(self, str label, stream, run, tuple keep, bint kernel=False, bint timed=False):
+    def _issue_call(self, str label, stream, run, tuple keep, bint kernel=False, timed=False):
         """Issue ``run(stream)`` over the access list built with :meth:`_access_of` / :meth:`_note_buffer`;
-        ``keep`` is what a graph capturing it must keep alive."""
+        ``keep`` is what a graph capturing it must keep alive; ``timed`` as the caller's user gave it."""
+        cdef bint is_timed = flag_arg(timed, "timed", f"Queue: {label}")
         self._check("submit")
         return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, NULL, 0, None, None, None, keep,
-                           timed)
+                           is_timed)
 
     def _note_write(self, Submission sub, sp):
         """Record that ``sub`` wrote ``sp`` = ``(lo, hi)`` (an allocation made by it)."""
@@ -504,11 +505,12 @@ cdef class QueueCore:
             (self._t0 if self._m == 0 else self._t1).commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub, NULL)
 
     # -- submitting kernels (launch: _queue_launch below, a METH_FASTCALL method) ----------------------
-    def submit(self, prepared, *, reads=None, writes=None, stream=None, bint timed=False):
+    def submit(self, prepared, *, reads=None, writes=None, stream=None, timed=False):
         """Launch a :class:`PreparedLaunch` (with its bound arguments) on a
         stream of the pool (``PreparedLaunch.launch_on``); reads, writes and
         ``timed`` as :meth:`launch`."""
         cdef PreparedLaunch p
+        cdef bint is_timed = flag_arg(timed, "timed", "Queue.submit")
         self._check("submit")
         if not isinstance(prepared, PreparedLaunch):
             raise ArgumentTypeError(f"Queue.submit takes a PreparedLaunch (fn.bind(...)), got "
@@ -525,7 +527,7 @@ cdef class QueueCore:
         self._args_access(p.fn, _list_items(held), len(held), "submit", p.fn.name)
         if reads is not None or writes is not None:
             self._explicit_c(reads, writes, f"Queue.submit of kernel '{p.fn.name}'")
-        return self._issue(K_PREPARED, p.fn.name, stream, prepared, NULL, 0, None, None, None, None, timed)
+        return self._issue(K_PREPARED, p.fn.name, stream, prepared, NULL, 0, None, None, None, None, is_timed)
 
     # -- sync points ----------------------------------------------------------------------------
     def synchronize(self) -> None:

@@ -238,3 +238,57 @@ def test_the_descriptor_reads_as_a_method_and_refuses_what_is_not_a_function():
     with pytest.raises(ArgumentTypeError, match="does not apply to a 'int' object"):
         d.__get__(3, int)
     assert d.__get__(None, Function) is d
+
+
+NOT_FLAGS = ["no", "False", None, 2, -1, 1.0, [], np.int32(1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bad", NOT_FLAGS, ids=repr)
+def test_a_yes_no_keyword_that_is_not_a_bool_is_refused_at_every_entry(bad):
+    """cooperative= and programmatic_dependent= (and a Queue's timed=) take True or False (a numpy
+    bool, 1 or 0): a string such as "no" used to count as its truth value, a cooperative launch."""
+    fn = fresh_saxpy("flags")
+    s = cd.Stream()
+    y = cd.Buffer.zeros(32, np.float32)
+    x = cd.Buffer.zeros(32, np.float32)
+    entries = {
+        "launch": lambda **kw: fn.launch(1, 32, y, x, 1.0, 32, stream=s, **kw),
+        "launch, dict": lambda **kw: fn.launch(1, 32, *(y, x, 1.0, 32), **dict(stream=s, **kw)),
+        "bind": lambda **kw: fn.bind(1, 32, y, x, 1.0, 32, stream=s, **kw),
+        "builder": lambda **kw: fn.builder(1, 32, stream=s, **kw),
+        "LaunchConfig": lambda **kw: cd.LaunchConfig(fn, 1, 32, **kw),
+    }
+    for name, go in entries.items():
+        for key in ("cooperative", "programmatic_dependent"):
+            with pytest.raises(ArgumentTypeError, match=f"kernel 'saxpy': {key} must be True or False"):
+                go(**{key: bad})
+    with cd.Queue(streams=2) as q:
+        p = fn.bind(1, 32, y, x, 1.0, 32)
+        for name, go in {"launch": lambda: q.launch(fn, 1, 32, y, x, 1.0, 32, timed=bad),
+                         "submit": lambda: q.submit(p, timed=bad),
+                         "fill": lambda: q.fill(y, np.float32(0), timed=bad) if "timed" in
+                         inspect.signature(q.fill).parameters else q._issue_call("fill", None, lambda st: None, (),
+                                                                                  False, bad)}.items():
+            with pytest.raises(ArgumentTypeError, match="timed must be True or False"):
+                go()
+        assert q.stats()["in_flight"] == [0, 0]          # nothing was submitted by the refused calls
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("no", [False, np.False_, 0], ids=repr)
+def test_false_a_numpy_false_and_zero_give_a_plain_launch(no, rng):
+    fn = fresh_saxpy("plain")
+    s = cd.Stream()
+    for call in ("spelled", "dict"):
+        n = 500
+        x = rng.standard_normal(n).astype(np.float32)
+        y0 = rng.standard_normal(n).astype(np.float32)
+        y = cd.Buffer.from_numpy(y0)
+        if call == "spelled":
+            fn.launch(4, 128, y, cd.Buffer.from_numpy(x), 2.0, n, stream=s, cooperative=no, programmatic_dependent=no)
+        else:
+            fn.launch(4, 128, *(y, cd.Buffer.from_numpy(x), 2.0, n), **{"stream": s, "cooperative": no})
+        s.synchronize()
+        np.testing.assert_allclose(y.to_numpy().astype(np.float64), 2.0 * x.astype(np.float64) + y0, rtol=1e-6,
+                                   atol=1e-6)
