@@ -158,6 +158,12 @@ cdef object _launch_signature(bint unbound):
     return inspect.Signature(ps, return_annotation=None)
 
 
+def _dict_calls_for_tests(Function fn):
+    """Whether ``fn``'s bound launch methods take their calls through tp_call (a dict call was seen):
+    for the tests of the convention's switch."""
+    return bool(fn._launch_dict_calls)
+
+
 cdef int _install_launch() except -1:
     cdef _LaunchDescriptor d = _LaunchDescriptor.__new__(_LaunchDescriptor)
     cdef _BoundLaunch m = _BoundLaunch.__new__(_BoundLaunch)
