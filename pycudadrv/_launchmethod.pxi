@@ -11,15 +11,20 @@
 #   descriptor, so CPython calls it with fn first in the caller's array (_descr_vc).
 # * ``fn.launch`` as a value is a _BoundLaunch. Its vectorcall (_bound_vc) takes calls spelled out
 #   (launch = fn.launch; launch(g, b, x, y, stream=s)). A call that reaches it with keyword names the
-#   interpreter built a moment ago (a reference count of one: PyVectorcall_Call's copy of a dict;
-#   a call spelled out names a constant of its code) marks the Function: this bound object and
+#   interpreter built a moment ago (PyVectorcall_Call's copy of a dict: a new tuple, a reference
+#   count of one, tracked by the GC) marks the Function: this bound object and
 #   every later one take their calls through tp_call (_bound_call), with the tuple and dict as
 #   they come. A call spelled out then builds that tuple and dict (about 45 ns): the convention
-#   follows the Function's callers, one way, never back.
+#   follows the Function's callers, one way, never back. A call spelled out names a constant of its
+#   code, which 3.11 and 3.12 borrow for the call: a reference count of one too when no other code
+#   of its module names the same keywords; but a tuple of str is no longer tracked by the GC once
+#   a collection has seen it, so the check asks both (code compiled since the last collection of
+#   the youngest generation can still switch the Function: only its speed changes).
 
 cdef extern from *:
     Py_ssize_t _refcnt "Py_REFCNT"(PyObject* o)
     int _dict_next "PyDict_Next"(PyObject* d, Py_ssize_t* pos, PyObject** key, PyObject** value)
+    int _gc_tracked "PyObject_GC_IsTracked"(PyObject* o)
     Py_ssize_t _dict_size "PyDict_GET_SIZE"(PyObject* d)
     PyObject* _dict_get "PyDict_GetItemWithError"(PyObject* d, PyObject* key) except? NULL
 
@@ -119,7 +124,7 @@ cdef object _descr_vc(object self, PyObject** args, size_t nargsf, PyObject* kwn
 
 cdef object _bound_vc(PyObject* self, PyObject** args, size_t nargsf, PyObject* kwnames):
     cdef PyObject* fn = <PyObject*>(<_BoundLaunch>self)._fn      # borrowed: self holds it
-    if kwnames != NULL and _refcnt(kwnames) == 1:
+    if kwnames != NULL and _refcnt(kwnames) == 1 and _gc_tracked(kwnames):
         (<Function>fn)._launch_dict_calls = True    # keyword names made for this call: a dict's copy
         (<_BoundLaunch>self)._vc = NULL
     return _launch_fastcall(<object>fn, args, pycudadrv_vectorcall_nargs(nargsf), kwnames)
