@@ -10,7 +10,8 @@ from libc.string cimport memcpy, memset
 
 from pycudadrv._cuda cimport *
 from pycudadrv._vcall cimport (pycudadrv_enable_vectorcall, pycudadrv_vectorcall_nargs, pycudadrv_set_call,
-                               pycudadrv_set_method_descriptor, pycudadrv_set_type_attr, pycudadrv_tuple_items)
+                               pycudadrv_set_method_descriptor, pycudadrv_set_type_attr, pycudadrv_tuple_items,
+                               pycudadrv_disallow_instantiation)
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device

@@ -62,6 +62,9 @@ cdef class _LaunchDescriptor:
     def __signature__(self):
         return _launch_signature(True)
 
+    def __reduce__(self):
+        return (getattr, (Function, "launch"))         # as a method descriptor: copy and pickle give it back
+
     def __repr__(self):
         return "<method 'launch' of 'pycudadrv.Function' objects>"
 
@@ -102,6 +105,9 @@ cdef class _BoundLaunch:
 
     def __hash__(self):
         return hash((id(self._fn), "launch"))
+
+    def __reduce__(self):
+        return (getattr, (self._fn, "launch"))         # as a bound method (pickles when its Function does)
 
     def __repr__(self):
         return f"<bound method Function.launch of {self._fn!r}>"
@@ -178,4 +184,6 @@ cdef int _install_launch() except -1:
     pycudadrv_set_call(_BoundLaunch, <void*>_bound_call)
     d._vc = <void*>_descr_vc
     pycudadrv_set_type_attr(Function, "launch", d)
+    pycudadrv_disallow_instantiation(_LaunchDescriptor)     # one made bare (no vectorcall, no Function)
+    pycudadrv_disallow_instantiation(_BoundLaunch)          # would be called with _fn None: a crash
     return 0

@@ -46,6 +46,20 @@ static inline int pycudadrv_set_method_descriptor(PyObject *t)
     return 0;
 }
 
+/* Instances of `t` are made only by the module's own C code (which calls its tp_new function
+ * directly): `t()` and `t.__new__(t)` raise TypeError, as for CPython's method types. (Cython also
+ * gives the type a vectorcall of its own that makes an instance: `t()` takes it, not tp_new.) */
+static inline int pycudadrv_disallow_instantiation(PyObject *t)
+{
+    PyTypeObject *tp = (PyTypeObject *)t;
+    tp->tp_new = NULL;
+    tp->tp_vectorcall = NULL;
+    if (PyDict_GetItemString(tp->tp_dict, "__new__") != NULL && PyDict_DelItemString(tp->tp_dict, "__new__") < 0)
+        return -1;
+    PyType_Modified(tp);
+    return 0;
+}
+
 /* Set attribute `name` of the (static, immutable) type `t` to `v`, once, at import. */
 static inline int pycudadrv_set_type_attr(PyObject *t, const char *name, PyObject *v)
 {
