@@ -11,7 +11,7 @@ from libc.string cimport memcpy, memset
 from pycudadrv._cuda cimport *
 from pycudadrv._vcall cimport (pycudadrv_enable_vectorcall, pycudadrv_vectorcall_nargs, pycudadrv_set_call,
                                pycudadrv_set_method_descriptor, pycudadrv_set_type_attr, pycudadrv_tuple_items,
-                               pycudadrv_disallow_instantiation)
+                               pycudadrv_disallow_instantiation, pycudadrv_is_caller_constant)
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device
@@ -573,6 +573,7 @@ cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject
     cdef Py_ssize_t n = nargs - 2
     cdef void** kp
     cdef LaunchConfig lc = None
+    cdef object held                # a dict call's values, kept alive while the launch runs
     _launch_kw_init(&kw, argv, nargs)
     if kwnames != NULL:
         if _tuple_size(kwnames) == 1 and _tuple_get(kwnames, 0) == <PyObject*>_KW_STREAM:
@@ -580,7 +581,7 @@ cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject
         else:
             _launch_keywords(fn, &kw, argv + nargs, kwnames)
     elif kwdict != NULL:
-        _launch_dict_keywords(fn, &kw, kwdict)
+        held = _launch_dict_keywords(fn, &kw, kwdict)     # the values read, owned for the call
     if kw.grid == NULL or kw.block == NULL:
         raise ArgumentTypeError(f"launch() takes at least 2 positional arguments ({nargs} given): "
                                 f"fn.launch(grid, block, *args, shared_mem_bytes=0, stream=None, ...)")

@@ -18,8 +18,8 @@
 #   follows the Function's callers, one way, never back. A call spelled out names a constant of its
 #   code, which 3.11 and 3.12 borrow for the call: a reference count of one too when no other code
 #   of its module names the same keywords; but a tuple of str is no longer tracked by the GC once
-#   a collection has seen it, so the check asks both (code compiled since the last collection of
-#   the youngest generation can still switch the Function: only its speed changes).
+#   a collection has seen it, and before that it is a constant of the calling frame's code: the
+#   check asks all three (the frame only when the first two say a dict's copy).
 
 cdef extern from *:
     Py_ssize_t _refcnt "Py_REFCNT"(PyObject* o)
@@ -130,7 +130,8 @@ cdef object _descr_vc(object self, PyObject** args, size_t nargsf, PyObject* kwn
 
 cdef object _bound_vc(PyObject* self, PyObject** args, size_t nargsf, PyObject* kwnames):
     cdef PyObject* fn = <PyObject*>(<_BoundLaunch>self)._fn      # borrowed: self holds it
-    if kwnames != NULL and _refcnt(kwnames) == 1 and _gc_tracked(kwnames):
+    if (kwnames != NULL and _refcnt(kwnames) == 1 and _gc_tracked(kwnames)
+            and not pycudadrv_is_caller_constant(kwnames)):
         (<Function>fn)._launch_dict_calls = True    # keyword names made for this call: a dict's copy
         (<_BoundLaunch>self)._vc = NULL
     return _launch_fastcall(<object>fn, args, pycudadrv_vectorcall_nargs(nargsf), kwnames)
@@ -142,19 +143,22 @@ cdef object _bound_call(object self, PyObject* args, PyObject* kwargs):
                        kwargs if kwargs != NULL and _dict_size(kwargs) else NULL)
 
 
-cdef int _launch_dict_keywords(Function fn, _LaunchKw* kw, PyObject* kwargs) except -1:
-    """The keywords of Function.launch from the caller's dict (stream= alone: one lookup)."""
-    cdef Py_ssize_t pos = 0
-    cdef PyObject* key
+cdef object _launch_dict_keywords(Function fn, _LaunchKw* kw, PyObject* kwargs):
+    """The keywords of Function.launch from the caller's dict (stream= alone: one lookup). Returns
+    what the caller holds for the launch's length: the values `kw` points at, owned (Python code the
+    launch runs -- a grid's iteration, an int subclass's comparison -- could change the dict)."""
     cdef PyObject* value
+    cdef tuple item
     if _dict_size(kwargs) == 1:
         value = _dict_get(kwargs, <PyObject*>_KW_STREAM)
         if value != NULL:
             kw.stream = value
-            return 0
-    while _dict_next(kwargs, &pos, &key, &value):
-        _launch_keyword(fn, kw, <object>key, value)
-    return 0
+            return <object>value
+    items = (<dict>kwargs).items()
+    held = list(items)              # (key, value) pairs of its own: nothing here is the dict's
+    for item in held:
+        _launch_keyword(fn, kw, item[0], <PyObject*>item[1])
+    return held
 
 
 cdef object _launch_signature(bint unbound):

@@ -19,3 +19,4 @@ cdef extern from "pycudadrv/vcall.h":
     int pycudadrv_set_type_attr(object t, const char* name, object v) except -1
     int pycudadrv_disallow_instantiation(object t) except -1
     PyObject** pycudadrv_tuple_items(PyObject* t)
+    int pycudadrv_is_caller_constant(PyObject* names)

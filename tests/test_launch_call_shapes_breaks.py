@@ -109,9 +109,6 @@ def test_the_bound_method_copies_and_reduces_as_a_bound_method():
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="open: the dict path borrows stream/grid/block/cluster from the caller's "
-                   "dict (a PyDict_Copy in _bound_call fixes it but costs 400-1,100 instructions per launch "
-                   "under callgrind; owned references taken in _launch_dict_keywords would not allocate)")
 @pytest.mark.parametrize("what", ["stream", "cluster", "grid_block"])
 def test_a_keyword_dict_changed_during_the_launch_frees_nothing_the_launch_reads(what):
     """The dict of a tuple-and-dict call changed by Python code the launch runs (an int subclass's

@@ -68,6 +68,30 @@ static inline int pycudadrv_set_type_attr(PyObject *t, const char *name, PyObjec
     return r;
 }
 
+/* Whether `names` (a call's keyword names) is one of the constants of the code in the calling
+ * Python frame: a call spelled out borrows its keyword names from there; a call made from a dict
+ * gets a new tuple. 0 when no Python frame is running. */
+static inline int pycudadrv_is_caller_constant(PyObject *names)
+{
+    PyFrameObject *f = PyEval_GetFrame();
+    PyCodeObject *co;
+    PyObject *consts;
+    Py_ssize_t k;
+    int found = 0;
+    if (f == NULL)
+        return 0;
+    co = PyFrame_GetCode(f);                    /* a new reference */
+    consts = co->co_consts;
+    for (k = 0; consts != NULL && k < PyTuple_GET_SIZE(consts); k++) {
+        if (PyTuple_GET_ITEM(consts, k) == names) {
+            found = 1;
+            break;
+        }
+    }
+    Py_DECREF(co);
+    return found;
+}
+
 /* The items of a tuple, in place. */
 #define pycudadrv_tuple_items(t) (&PyTuple_GET_ITEM((t), 0))
 
