@@ -75,6 +75,7 @@ cdef class _BoundLaunch:
     """``fn.launch``: :meth:`Function.launch` bound to one Function."""
     cdef void* _vc                  # _bound_vc, or NULL: the calls go to _bound_call (tuple and dict)
     cdef Function _fn
+    cdef void* _spelled             # keyword names last found a constant of the caller (compared, never read)
 
     @property
     def __self__(self):
@@ -130,10 +131,13 @@ cdef object _descr_vc(object self, PyObject** args, size_t nargsf, PyObject* kwn
 
 cdef object _bound_vc(PyObject* self, PyObject** args, size_t nargsf, PyObject* kwnames):
     cdef PyObject* fn = <PyObject*>(<_BoundLaunch>self)._fn      # borrowed: self holds it
-    if (kwnames != NULL and _refcnt(kwnames) == 1 and _gc_tracked(kwnames)
-            and not pycudadrv_is_caller_constant(kwnames)):
-        (<Function>fn)._launch_dict_calls = True    # keyword names made for this call: a dict's copy
-        (<_BoundLaunch>self)._vc = NULL
+    if (kwnames != NULL and _refcnt(kwnames) == 1 and <void*>kwnames != (<_BoundLaunch>self)._spelled
+            and _gc_tracked(kwnames)):
+        if pycudadrv_is_caller_constant(kwnames):
+            (<_BoundLaunch>self)._spelled = <void*>kwnames     # a call spelled out: not asked again
+        else:
+            (<Function>fn)._launch_dict_calls = True    # keyword names made for this call: a dict's copy
+            (<_BoundLaunch>self)._vc = NULL
     return _launch_fastcall(<object>fn, args, pycudadrv_vectorcall_nargs(nargsf), kwnames)
 
 
