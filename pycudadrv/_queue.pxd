@@ -41,7 +41,6 @@ cdef class QueueCore:
     cdef DepList _deps             # lanes with a dependency of the submission being issued
     cdef int _countdown            # submissions until the next full retire check
     cdef int _retire_every         # that interval: 16, doubled (to 256) while retires find nothing done
-    cdef bint _just_retired        # a retire ran during the submission being issued
     cdef object _memo_stream       # the last allocation stream looked up, and its _AllocStream (None: the pool's)
     cdef _AllocStream _memo_rec
 
