@@ -100,8 +100,8 @@ cdef inline Py_ssize_t in_flight(_Lane lane) noexcept:     # (inflight: a list f
 cdef list pending_of(list lanes)
 # Mark `lane`'s submissions up to `sub` (seen complete) done, recycling their events into `events`.
 cdef int retire_to(_Lane lane, Submission sub, _EventPool events) except -1
-# Query each lane (cuEventQuery: its front, then its tail, then halves between) and retire what
-# completed; returns how many submissions were retired.
+# Query each lane (cuEventQuery: its tail first with tail_first, else its front; then the other end,
+# then halves between) and retire what completed; returns how many submissions were retired.
 cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=*) except -1
 # Whether `lane` (an index) already has the allocation work `r.want` asks for behind it.
 cdef bint alloc_ordered(_AllocStream r, int lane)

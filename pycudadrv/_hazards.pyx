@@ -278,38 +278,43 @@ cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=Tru
             (<Event>(<Submission>lane.inflight[h])._event).device.activate()
             activated = True
         hi = n - 1
-        r = _probe(lanes, lane, hi if tail_first else h)
-        if r < 0:
-            return retired
-        if tail_first and r:
-            lo = hi                 # all of it done
-        elif not tail_first and not r:
-            continue                # the GPU is behind: nothing of this stream done
-        else:
-            if hi == h:
-                if r:
-                    retired += 1
-                    retire_to(lane, <Submission>lane.inflight[h], events)
-                continue
-            r = _probe(lanes, lane, h if tail_first else hi)
+        if tail_first:
+            r = _probe(lanes, lane, hi)         # the GPU keeping up: all of it done, one query
             if r < 0:
                 return retired
-            if tail_first and not r:
-                continue            # the GPU is behind: nothing of this stream done
-            if not tail_first and r:
-                retired += hi - h + 1
-                retire_to(lane, <Submission>lane.inflight[hi], events)
+            if r:
+                lo = hi
+            else:
+                if hi == h:
+                    continue
+                r = _probe(lanes, lane, h)
+                if r < 0:
+                    return retired
+                if not r:
+                    continue                    # the GPU is behind: nothing of this stream done
+                lo = h
+        else:
+            r = _probe(lanes, lane, h)          # the GPU behind: nothing done, one query
+            if r < 0:
+                return retired
+            if not r:
                 continue
             lo = h
-            while hi - lo > 1:      # lo done, hi not
-                mid = (lo + hi) >> 1
-                r = _probe(lanes, lane, mid)
+            if hi > h:
+                r = _probe(lanes, lane, hi)
                 if r < 0:
-                    break
+                    return retired
                 if r:
-                    lo = mid
-                else:
-                    hi = mid
+                    lo = hi
+        while hi - lo > 1:                      # lo done, hi not
+            mid = (lo + hi) >> 1
+            r = _probe(lanes, lane, mid)
+            if r < 0:
+                break
+            if r:
+                lo = mid
+            else:
+                hi = mid
         retired += lo - h + 1
         retire_to(lane, <Submission>lane.inflight[lo], events)
     return retired

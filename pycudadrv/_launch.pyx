@@ -426,7 +426,7 @@ cdef class Function(KernelBase):
         """The ``CUfunction`` as an int."""
         return <uintptr_t>self._handle
 
-    # launch(grid, block, *args, ...) is _launch_fastcall below, called through the descriptor of
+    # launch(grid, block, *args, ...) is launch_vector below, called through the descriptor of
     # _launchmethod.pxi: the arguments are read in place from the caller's array (or tuple).
 
     def __call__(self, grid, block, *args, **kwargs):
@@ -554,10 +554,11 @@ cdef inline void _launch_kw_init(_LaunchKw* kw, PyObject** argv, Py_ssize_t narg
 cdef str _KW_STREAM = "stream"      # interned, as the names of a caller's keywords are
 
 
-cdef object _launch_fastcall(object self, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
-    """Function.launch(grid, block, *args, **keywords) from a vectorcall: the kernel's arguments are
-    read from the caller's array in place, a value per name of `kwnames` after the positional ones."""
-    return _launch_run(<Function>self, argv, nargs, kwnames, NULL)
+cdef object launch_vector(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
+    """Function.launch(grid, block, *args, **keywords) from a vectorcall (the descriptor's, the bound
+    method's, the Queue's launch): the kernel's arguments are read from the caller's array in place,
+    a value per name of `kwnames` after the positional ones."""
+    return _launch_run(fn, argv, nargs, kwnames, NULL)
 
 
 cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames, PyObject* kwdict):
@@ -748,10 +749,3 @@ _install_launch()
 include "_prepared.pxi"
 include "_mapped.pxi"
 
-
-# -- for pycudadrv._queue (appended; nothing above changes) -------------------------------------
-
-cdef object launch_vector(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
-    """``fn.launch(*argv[:nargs], **dict(zip(kwnames, argv[nargs:])))`` without the method call
-    machinery: the Queue's launch hands its caller's arguments (and ``stream=``) straight in."""
-    return _launch_fastcall(fn, argv, nargs, kwnames)

@@ -1,6 +1,6 @@
 # Function.launch: a descriptor and a bound-method type of pycudadrv's own (included by _launch.pyx).
 #
-# CPython's own method descriptor hands every call to _launch_fastcall with the caller's argument
+# CPython's own method descriptor hands every call to launch_vector with the caller's argument
 # array, except a call that comes with a dict of keywords -- fn.launch(g, b, *args, stream=s), a
 # wrapper forwarding **kw, functools.partial, PyObject_Call from C -- which it first copies into a
 # new array (PyVectorcall_Call: a heap block and a reference per argument; 0.25 us for 64 arguments
@@ -23,7 +23,6 @@
 
 cdef extern from *:
     Py_ssize_t _refcnt "Py_REFCNT"(PyObject* o)
-    int _dict_next "PyDict_Next"(PyObject* d, Py_ssize_t* pos, PyObject** key, PyObject** value)
     int _gc_tracked "PyObject_GC_IsTracked"(PyObject* o)
     Py_ssize_t _dict_size "PyDict_GET_SIZE"(PyObject* d)
     PyObject* _dict_get "PyDict_GetItemWithError"(PyObject* d, PyObject* key) except? NULL
@@ -126,7 +125,7 @@ cdef object _descr_vc(object self, PyObject** args, size_t nargsf, PyObject* kwn
     if n < 1 or not isinstance(<object>args[0], Function):
         raise ArgumentTypeError("Function.launch(fn, grid, block, *args, ...) needs a Function first, got "
                                 + ("nothing" if n < 1 else type(<object>args[0]).__name__))
-    return _launch_fastcall(<object>args[0], args + 1, n - 1, kwnames)
+    return launch_vector(<Function>args[0], args + 1, n - 1, kwnames)
 
 
 cdef object _bound_vc(PyObject* self, PyObject** args, size_t nargsf, PyObject* kwnames):
@@ -138,7 +137,7 @@ cdef object _bound_vc(PyObject* self, PyObject** args, size_t nargsf, PyObject* 
         else:
             (<Function>fn)._launch_dict_calls = True    # keyword names made for this call: a dict's copy
             (<_BoundLaunch>self)._vc = NULL
-    return _launch_fastcall(<object>fn, args, pycudadrv_vectorcall_nargs(nargsf), kwnames)
+    return launch_vector(<Function>fn, args, pycudadrv_vectorcall_nargs(nargsf), kwnames)
 
 
 cdef object _bound_call(object self, PyObject* args, PyObject* kwargs):

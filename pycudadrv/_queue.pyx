@@ -21,9 +21,9 @@ from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
 from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, pool_push, pool_pop,
                                  K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL, want_serial, known_done,
-                                 new_lane, in_flight, pending_of, retire_to, retire_fronts, seen, set_seen, forget_seen,
+                                 new_lane, in_flight, pending_of, retire_to, seen, set_seen, forget_seen,
                                  alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
-                                 event_done, stream_idle, wait_stream, stream_closed, LaunchKeywords,
+                                 stream_idle, wait_stream, stream_closed, LaunchKeywords,
                                  launch_keywords, install_fastcall, RETIRE_EVERY, retire_every, let_go)
 
 cdef extern from *:
@@ -427,10 +427,10 @@ cdef class QueueCore:
             for k in range(self._deps.n):
                 dl = <_Lane>self._deps.lanes[k]
                 dep = dl.dep
-                # Seen done: no wait (choosing the stream may have retired it since it was collected,
-                # and recycled its event). Not seen done: a wait, never a query first -- on the H200
-                # cuEventQuery of a finished event costs 1.36 us, a satisfied cuStreamWaitEvent 0.15 us
-                # (tools/probe_event_costs.py): asking costs more than the wait it might save.
+                # Seen done (by a completion check): no wait. Not seen done: a wait, never a query
+                # first -- on the H200 cuEventQuery of a finished event costs 1.36 us, a satisfied
+                # cuStreamWaitEvent 0.15 us (tools/probe_event_costs.py): asking costs more than
+                # the wait it might save.
                 if dl is lane or dep.done or seen(lane, m, dl.index) >= dep.seq:
                     continue
                 wait_event(s, dep._event)

@@ -60,20 +60,21 @@ def _shapes():
         args = (y, x, a, n)
         launch(grid(n), 128, *args, stream=s)
 
-    kept = []
+    kept = []                       # [Function, its bound method, calls made through it]
 
     def kept_bound(fn, y, x, a, n, s):
         """One bound method per Function, kept across calls: spelled out, then (the next call) with
         *args and a dict, then spelled out again after its convention changed."""
-        launch = next((m for f, m in kept if f is fn), None)
-        if launch is None:
-            launch = fn.launch
-            kept.append((fn, launch))
-        if len(kept) % 2:
+        entry = next((e for e in kept if e[0] is fn), None)
+        if entry is None:
+            entry = [fn, fn.launch, 0]
+            kept.append(entry)
+        launch = entry[1]
+        if entry[2] % 2 == 0:
             launch(grid(n), 128, y, x, a, n, stream=s)
         else:
             launch(grid(n), 128, *(y, x, a, n), stream=s)
-        kept.append((None, None))
+        entry[2] += 1
 
     def kwdict(fn, y, x, a, n, s):
         fn.launch(grid(n), 128, y, x, a, n, **{"stream": s, "shared_mem_bytes": 0})

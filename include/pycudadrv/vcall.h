@@ -104,9 +104,8 @@ static inline int pycudadrv_install_method(PyObject *t, PyMethodDef *def)
     int r;
     if (d == NULL)
         return -1;
-    r = PyDict_SetItemString(((PyTypeObject *)t)->tp_dict, def->ml_name, d);
+    r = pycudadrv_set_type_attr(t, def->ml_name, d);
     Py_DECREF(d);
-    PyType_Modified((PyTypeObject *)t);
     return r;
 }
 #endif
