@@ -175,15 +175,44 @@ cdef list _captures = active_captures()
 cdef list _dl_owners = dlpack_owners()
 
 
+cdef inline bint _plain_launch(Stream s, LaunchConfig lc) noexcept:
+    """The common launch: no capture anywhere, no hook, no launch attribute, the GIL held, a stream
+    of pycudadrv's own (nothing of issue_launch's general path applies)."""
+    return (s._capture is None and _hook is None and not _release_gil and s._owned
+            and (lc is None or not lc.use_ex) and not _captures)
+
+
+cdef inline int activate_for(pycudadrv_driver_api* d, Device dev) except -1:
+    """Device.activate inline: one cuCtxGetCurrent when the device's context is current already."""
+    cdef CUcontext cur = NULL
+    if d.p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS or cur != dev._context:
+        dev.activate()
+    return 0
+
+
+cdef inline int launch_now(pycudadrv_driver_api* d, Function fn, const unsigned int* grid,
+                           const unsigned int* block, unsigned int shmem, Stream s, void** kp, LaunchConfig lc,
+                           object args, PyObject** items=NULL, Py_ssize_t nitems=0) except -1:
+    """Make the function's context current and launch (issue_launch), the common launch inlined at
+    the hot call sites (the prepared and the generic launch) instead of a call of the general one."""
+    cdef CUresult r
+    activate_for(d, fn.device)
+    if _plain_launch(s, lc):
+        r = d.p_cuLaunchKernel(fn._handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem,
+                               s._handle, kp, NULL)
+        if r != CUDA_SUCCESS:
+            raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem, _args_of(args, items, nitems))
+        return 0
+    issue_launch(fn, grid, block, shmem, s, kp, lc, args, False, items, nitems)
+    return 0
+
+
 cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigned int* block, unsigned int shmem,
                             Stream s, void** kp, LaunchConfig lc, object args, bint device_updatable,
                             PyObject** items=NULL, Py_ssize_t nitems=0) except? 1:
     cdef pycudadrv_driver_api* d = driver()
     cdef CUresult r
-    if (s._capture is None and _hook is None and not device_updatable and not _release_gil and s._owned
-            and (lc is None or not lc.use_ex) and not _captures):
-        # The common launch: no capture anywhere, no hook, no launch attribute, the GIL held, a
-        # stream of pycudadrv's own (nothing of the general path below applies).
+    if not device_updatable and _plain_launch(s, lc):
         r = d.p_cuLaunchKernel(fn._handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem,
                                s._handle, kp, NULL)
         if r != CUDA_SUCCESS:
@@ -627,8 +656,7 @@ cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject
         fn._busy = True
         try:
             kp = marshal_cached(&fn._arena, lay, items, n, &fn._args, s)
-            fn.device.activate()
-            issue_launch(fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, False, items, n)
+            launch_now(driver(), fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, items, n)
         finally:
             fn._busy = False
         if _dl_owners:

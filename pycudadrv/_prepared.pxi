@@ -27,6 +27,38 @@ cdef bint _is_dlpack_only(object a):
     return hasattr(a, "__dlpack__")
 
 
+cdef inline bint _prepared_ready(PreparedLaunch p) noexcept:
+    """The hot path of _prepared_checks, C tests alone (inlined): bound, module loaded, stream open,
+    no bound Buffer flagged (closed, or its allocation asks for attention)."""
+    cdef Py_ssize_t j
+    if p.fn is None or p._held is None or p.fn._module_life.ended or p._stream._closed:
+        return False
+    for j in range(p._n_flags):
+        if p._watch_flags[j][0]:
+            return False
+    return True
+
+
+cdef int _prepared_checks(PreparedLaunch p) except -1:
+    """What every launch of `p` checks first: it is bound, its module is loaded, no bound Buffer was
+    closed (ClosedError naming the parameter) or needs ordering, its stream is open."""
+    cdef Function fn = p.fn
+    cdef Py_ssize_t j
+    if fn is None:
+        raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
+    if p._held is None:
+        raise ArgumentTypeError(f"kernel '{fn.name}': no arguments bound yet; call p(*args) first")
+    if fn._module_life.ended:
+        fn.ensure_loaded()
+    for j in range(p._n_flags):
+        if p._watch_flags[j][0]:
+            p._check_bound(p._stream)
+            break
+    if p._stream._closed:
+        p._stream.ensure_open()
+    return 0
+
+
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
 @cython.no_gc_clear
 cdef class PreparedLaunch:
@@ -193,32 +225,20 @@ cdef class PreparedLaunch:
         # activate=False: the caller has made the function's context current (a launch sequence, once per call)
         cdef Function fn = self.fn
         cdef LaunchConfig c = self.config
-        self._launch_checks()
+        if not _prepared_ready(self):
+            _prepared_checks(self)
         if activate:
-            fn.device.activate()
-        issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held, False)
+            launch_now(driver(), fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c,
+                       self._held)
+        else:
+            issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c, self._held,
+                         False)
         if self._exports is not None:
             self._hold_exports(self._stream)
         return 0
 
-    cdef inline int _launch_checks(self) except -1:
-        cdef Function fn = self.fn
-        cdef Buffer b
-        cdef object o
-        if fn is None:
-            raise ArgumentTypeError("PreparedLaunch is not initialised: make one with Function.bind(...)")
-        if self._held is None:
-            raise ArgumentTypeError(f"kernel '{fn.name}': no arguments bound yet; call p(*args) first")
-        if fn._module_life.ended:
-            fn.ensure_loaded()
-        cdef Py_ssize_t j
-        for j in range(self._n_flags):
-            if self._watch_flags[j][0]:
-                self._check_bound(self._stream)
-                break
-        if self._stream._closed:
-            self._stream.ensure_open()
-        return 0
+    cdef int _launch_checks(self) except -1:
+        return _prepared_checks(self)
 
     cdef uintptr_t _launch_updatable(self) except? 1:
         """Launch (during a capture) as a device-updatable kernel node; returns
