@@ -14,10 +14,13 @@ cdef class LaunchBuilder:
     cdef Py_ssize_t count           # parameters pushed so far
     cdef list _values               # the pushed arguments, one per parameter (kept alive)
     cdef list _exports              # Buffers over DLPack exports among them (kept until a launch has run)
+    cdef bint _pushing              # a push is packing its value (a push from its property is refused)
 
     cdef int _check(self) except -1
+    cdef int _begin_push(self) except -1
     cdef ParamSpec* _spec(self, Py_ssize_t i, object v) except NULL
     cdef int _push_one(self, object v) except -1
+    cdef object _push_tensor(self, object array)
     cdef int _rollback(self, Py_ssize_t count, Py_ssize_t n_exports, unsigned int n_params,
                        unsigned int n_slots) except -1
     cdef tuple _geometry(self, object a, Py_ssize_t i)

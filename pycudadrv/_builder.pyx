@@ -23,7 +23,7 @@ from pycudadrv._launch cimport Function, LaunchConfig, issue_launch, is_foreign_
 import numpy as np
 from pycudadrv import _signature, aio
 from pycudadrv._interop import asbuffer
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, StateError
 
 __all__ = ["LaunchBuilder"]
 
@@ -75,6 +75,18 @@ cdef class LaunchBuilder:
     cdef int _check(self) except -1:
         if self.fn is None:
             raise ArgumentTypeError("LaunchBuilder is not initialised: make one with fn.builder(grid, block)")
+        return 0
+
+    cdef int _begin_push(self) except -1:
+        """A push starts: refused while another push to this builder is packing its value (Python code
+        of that value, its __cuda_array_interface__ or __dlpack__, pushing again: the two would write
+        one parameter slot and count it twice)."""
+        self._check()
+        if self._pushing:
+            raise StateError(f"kernel '{self.fn.name}': a push to its LaunchBuilder while another push to it is "
+                             "packing its value (from that value's __cuda_array_interface__/__dlpack__); push "
+                             "after that push returns")
+        self._pushing = True
         return 0
 
     cdef ParamSpec* _spec(self, Py_ssize_t i, object v) except NULL:
@@ -138,7 +150,7 @@ cdef class LaunchBuilder:
         Raises ArgumentTypeError/ArgumentValueError as :meth:`Function.launch`
         (naming the kernel, the parameter index, its size and the value), and
         ArgumentTypeError when the kernel has no parameter left for it."""
-        self._check()
+        self._begin_push()
         cdef Py_ssize_t count = self.count, n_exports = len(self._exports)
         cdef uint32_t n_params = self.arena.n_params, n_slots = self.arena.n_slots
         try:
@@ -146,6 +158,8 @@ cdef class LaunchBuilder:
         except BaseException:
             self._rollback(count, n_exports, n_params, n_slots)
             raise
+        finally:
+            self._pushing = False
         return self
 
     def push_tensor(self, array):
@@ -171,7 +185,13 @@ cdef class LaunchBuilder:
         a whole number of elements; for each value, what
         :meth:`Function.launch` raises (a shape beyond its parameter's range:
         ArgumentTypeError). Each names the kernel and the parameter."""
-        self._check()
+        self._begin_push()
+        try:
+            return self._push_tensor(array)
+        finally:
+            self._pushing = False
+
+    cdef object _push_tensor(self, object array):
         cdef Py_ssize_t i = self.count
         name = self.fn.name
         ptr, shape, strides = self._geometry(array, i)

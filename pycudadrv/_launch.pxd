@@ -20,6 +20,7 @@ cdef class Function(KernelBase):
     cdef unsigned long _layout_version   # counts set_signature calls (TritonLaunchBase's plans follow it)
     cdef bint _launch_dict_calls    # launch was called with a dict of keywords: bind for tp_call (_launchmethod.pxi)
 
+    cdef int _refuse_while_packing(self) except -1
     cdef int _drop_cache(self) except -1
 
 cdef class LaunchConfig:
@@ -38,6 +39,7 @@ cdef class PreparedLaunch:
     cdef pycudadrv_arena arena
     cdef pycudadrv_arena scratch    # same layout as `arena`: a rebind is packed here first, then copied
     cdef bint _has_scratch
+    cdef bint _packing              # arguments are being packed (a rebind from their Python code is refused)
     cdef void** kernel_params
     cdef ParamSpec* specs           # layout used (the function's, or inferred at bind)
     cdef int n
@@ -62,6 +64,10 @@ cdef class PreparedLaunch:
     cdef int _launch_checks(self) except -1
     cdef int _pack_all(self, tuple args, pycudadrv_arena* arena) except -1
     cdef int _bind(self, tuple args, tuple packed) except -1
+    cdef int _begin_packing(self, str what) except -1
+    cdef int _reset(self) except -1
+    cdef int _init(self, object fn, object grid, object block, tuple args, object shared_mem_bytes, object stream,
+                   object cooperative, object cluster, object programmatic_dependent) except -1
     cdef object _as_packed(self, Py_ssize_t k, object a)
     cdef int _hold_exports(self, Stream s) except -1
 

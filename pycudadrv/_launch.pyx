@@ -20,7 +20,7 @@ from pycudadrv._event cimport Event
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, active_captures,
                                 check_launch_outside_capture)
 from pycudadrv._memory cimport Buffer
-from pycudadrv._interop cimport read_cai, dlpack_owners, settle_dlpack_owners
+from pycudadrv._interop cimport read_cai, dlpack_owners, settle_dlpack_owners, take_dlpack_owners
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, marshal, marshal_cached, infer_layout,
                                  args_summary, pycudadrv_arena_layout,
                                  pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
@@ -394,11 +394,15 @@ cdef class Function(KernelBase):
         _free_kept(self)
         pycudadrv_arena_release(&self._arena)
 
-    cdef int _drop_cache(self) except -1:
-        if self._busy:
+    cdef int _refuse_while_packing(self) except -1:
+        if self._busy or self.layout.packing:
             raise StateError(f"kernel '{self.name}': set_signature while a launch of it is packing its arguments "
-                             "(from an argument's __cuda_array_interface__/__dlpack__/hook) would free that "
-                             "launch's argument arena; change the signature outside the launch")
+                             "(from an argument's __cuda_array_interface__/__dlpack__ or a hook) would free the "
+                             "layout and the argument arena that launch uses; change the signature outside the launch")
+        return 0
+
+    cdef int _drop_cache(self) except -1:
+        self._refuse_while_packing()
         _free_kept(self)
         return 0
 
@@ -419,6 +423,7 @@ cdef class Function(KernelBase):
                     f"kernel '{self.name}': signature {signature!r} ({_signature.format_layout(layout)}) "
                     f"disagrees with the kernel's own parameter info ({lay.source}): "
                     f"({_signature.format_layout(lay.params)})")
+        self._refuse_while_packing()       # before anything changes
         lay.set(layout, "signature")
         self._drop_cache()
         self._layout_version += 1
@@ -657,6 +662,10 @@ cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject
         try:
             kp = marshal_cached(&fn._arena, lay, items, n, &fn._args, s)
             launch_now(driver(), fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, items, n)
+        except BaseException:
+            if _dl_owners:
+                take_dlpack_owners()    # refused, nothing launched: the DLPack exports taken may go
+            raise
         finally:
             fn._busy = False
         if _dl_owners:
@@ -708,6 +717,7 @@ cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned i
     cdef Py_ssize_t k
     cdef void** kp
     pycudadrv_arena_init(&arena)
+    lay.packing += 1            # set_signature waits: `specs` is the layout's own
     try:
         if lay.n < 0:
             specs = inferred = infer_layout(lay, args)
@@ -717,11 +727,16 @@ cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned i
                 (<Buffer>args[k])._alloc.note_use(s)
         fn.device.activate()
         issue_launch(fn, g, b, shmem, s, kp, lc, args, False)
+    except BaseException:
         if _dl_owners:
-            settle_dlpack_owners(s)
+            take_dlpack_owners()        # refused, nothing launched: the DLPack exports taken may go
+        raise
     finally:
+        lay.packing -= 1
         pycudadrv_arena_release(&arena)
         free(inferred)
+    if _dl_owners:
+        settle_dlpack_owners(s)
     return 0
 
 

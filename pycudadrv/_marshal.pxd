@@ -47,6 +47,7 @@ cdef class ParamLayout:
     cdef size_t limit
     cdef readonly str source
     cdef object params           # list of pycudadrv._signature.Param, or None
+    cdef int packing             # launches packing with `specs` now (Function.set_signature refuses then)
 
     cdef int set(self, object layout, str source) except -1
 

@@ -562,6 +562,9 @@ cdef void** marshal(pycudadrv_arena* arena, ParamLayout lay, tuple args, ParamSp
         raise MemoryError("kernel argument arena")
     for i in range(n):
         pack_arg(args[i], lay, i, &specs[i], pycudadrv_arena_at(arena, <uint32_t>i), s)
+    for i in range(n):      # a Buffer closed since it was packed (by a later argument's Python code): refused
+        if isinstance(args[i], Buffer) and ((<Buffer>args[i])._closed or (<Buffer>args[i])._alloc.attention):
+            _ensure_buffer_open(<Buffer>args[i], lay, i)
     return pycudadrv_arena_finish(arena)
 
 

@@ -89,6 +89,38 @@ cdef class PreparedLaunch:
     def __init__(self, fn=None, grid=None, block=None, *args, shared_mem_bytes=0, stream=None,
                  cooperative=False, cluster=None, programmatic_dependent=False):
         cdef int k
+        if self.fn is not None:
+            raise StateError(f"this PreparedLaunch of kernel '{self.fn.name}' is already initialised; make another "
+                             "with fn.bind(grid, block, *args)")
+        try:
+            self._init(fn, grid, block, args, shared_mem_bytes, stream, cooperative, cluster, programmatic_dependent)
+        except BaseException:
+            self._reset()      # a failed __init__ leaves it uninitialised (usable by nothing, initialisable)
+            raise
+
+    cdef int _reset(self) except -1:
+        free(self.specs)
+        self.specs = NULL
+        pycudadrv_arena_release(&self.arena)
+        pycudadrv_arena_init(&self.arena)
+        pycudadrv_arena_release(&self.scratch)
+        pycudadrv_arena_init(&self.scratch)
+        self._has_scratch = False
+        free(self._watch_flags)
+        self._watch_flags = NULL
+        self._n_flags = 0
+        self._watch, self._watch_k = [], []
+        self.kernel_params = NULL
+        self.fn = None
+        self.n = 0
+        self._held = None
+        self._packed = ()
+        self._exports = None
+        return 0
+
+    cdef int _init(self, object fn, object grid, object block, tuple args, object shared_mem_bytes, object stream,
+                   object cooperative, object cluster, object programmatic_dependent) except -1:
+        cdef int k
         if not isinstance(fn, Function):
             raise ArgumentTypeError(f"PreparedLaunch objects come from fn.bind(grid, block, *args) (or "
                                     f"PreparedLaunch(fn, grid, block, *args) with a Function fn), got "
@@ -124,9 +156,25 @@ cdef class PreparedLaunch:
         self._packed = ()
         self._exports = None
         if args:
-            packed = tuple([self._as_packed(k, args[k]) for k in range(self.n)])
-            self._pack_all(packed, &self.arena)
-            self._bind(args, packed)
+            self._packing = True
+            try:
+                packed = tuple([self._as_packed(k, args[k]) for k in range(self.n)])
+                self._pack_all(packed, &self.arena)
+                self._bind(args, packed)
+            finally:
+                self._packing = False
+        return 0
+
+    cdef int _begin_packing(self, str what) except -1:
+        """A rebind starts (p(*args), set_arg): refused while one is packing already (Python code of an
+        argument, its __cuda_array_interface__ or __dlpack__, or another thread while that code runs:
+        the two would pack into one scratch arena and bind bytes that are not the arguments held)."""
+        if self._packing:
+            raise StateError(f"kernel '{self.fn.name}': {what} of its PreparedLaunch while it is packing other "
+                             "arguments (from an argument's __cuda_array_interface__/__dlpack__, or another "
+                             "thread); rebind after that call returns")
+        self._packing = True
+        return 0
 
     def __dealloc__(self):
         free(self._watch_flags)
@@ -284,10 +332,14 @@ cdef class PreparedLaunch:
             if n != self.n:
                 raise ArgumentTypeError(f"kernel '{fn.name}' takes {self.n} arguments, {n} given")
             self._ensure_scratch()
-            packed = tuple([self._as_packed(k, args[k]) for k in range(n)])
-            self._pack_all(packed, &self.scratch)   # a failure leaves the live bytes as they were
-            self._bind(args, packed)
-            pycudadrv_arena_copy_slots(&self.arena, &self.scratch)
+            self._begin_packing("a call with arguments")
+            try:
+                packed = tuple([self._as_packed(k, args[k]) for k in range(n)])
+                self._pack_all(packed, &self.scratch)   # a failure leaves the live bytes as they were
+                self._bind(args, packed)
+                pycudadrv_arena_copy_slots(&self.arena, &self.scratch)
+            finally:
+                self._packing = False
         self._launch()
 
     @cython.binding(False)      # a method descriptor (METH_NOARGS): the cheapest call CPython has
@@ -359,9 +411,11 @@ cdef class PreparedLaunch:
         if self._held is None:
             raise ArgumentTypeError(f"kernel '{self.fn.name}': bind all arguments first (p(*args)), then set_arg")
         size = (self.specs[index].size + 15) // 16 * 16
+        self._begin_packing("set_arg")
         if size > sizeof(small):
             tmp = <unsigned char*>malloc(size)
             if tmp == NULL:
+                self._packing = False
                 raise MemoryError()
         try:
             memset(tmp, 0, size)
@@ -374,6 +428,7 @@ cdef class PreparedLaunch:
             self._bind(tuple(held), tuple(packed))        # raises before the live bytes change
             memcpy(pycudadrv_arena_at(&self.arena, <uint32_t>index), tmp, size)
         finally:
+            self._packing = False
             if tmp != small:
                 free(tmp)
 

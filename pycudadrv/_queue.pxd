@@ -37,6 +37,7 @@ cdef class QueueCore:
     cdef Py_ssize_t _nacc, _cacc
     cdef list _fresh               # _AllocStreams the submission uses memory of ([:_nfresh])
     cdef Py_ssize_t _nfresh
+    cdef int _building             # > 0 while a submission is being built (_begin refuses another)
     cdef dict _alloc_streams       # id(stream) -> _AllocStream (allocation streams outside the pool)
     cdef DepList _deps             # lanes with a dependency of the submission being issued
     cdef int _countdown            # submissions until the next full retire check
@@ -59,3 +60,6 @@ cdef class QueueCore:
     cdef int _retire(self) except -1
     cdef Submission _issue(self, int kind, object name, object stream, object target, PyObject** args,
                            Py_ssize_t nargs, object grid, object block, dict kw, tuple keep, bint timed)
+    cdef Submission _submit_kernel(self, int kind, object fn, str name, PyObject** args, Py_ssize_t nargs,
+                                   str verb, object reads, object writes, object stream, object target, object grid,
+                                   object block, dict kw, bint timed)

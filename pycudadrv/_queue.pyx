@@ -137,6 +137,11 @@ cdef class QueueCore:
 
     cdef int _begin(self) except -1:
         cdef Py_ssize_t k
+        if self._building:      # another would reset its access list: its kernel would wait for nothing
+            raise StateError("Queue: a submission made while another submission to this Queue is being built "
+                             "(from an argument's __cuda_array_interface__/__dlpack__, a launch hook, or another "
+                             "thread meanwhile); a Queue takes one at a time: submit after that call returns, or "
+                             "give each thread a Queue of its own")
         self._nacc = 0
         for k in range(self._nfresh):
             self._fresh[k] = None
@@ -292,7 +297,11 @@ cdef class QueueCore:
         for x in fresh:           # Buffers (or allocation streams)
             self._sight(x, 0) if isinstance(x, (self._Stream, Stream)) else self._sight_buffer(x)
         if reads is not None or writes is not None:
-            self._explicit_c(reads, writes, what)
+            self._building += 1
+            try:
+                self._explicit_c(reads, writes, what)
+            finally:
+                self._building -= 1
 
     def _note_buffer(self, buf, bint write, str what):
         """Add Buffer ``buf`` to the access list being built (ArgumentTypeError for anything else)."""
@@ -495,8 +504,28 @@ cdef class QueueCore:
         ``keep`` is what a graph capturing it must keep alive; ``timed`` as the caller's user gave it."""
         cdef bint is_timed = flag_arg(timed, "timed", f"Queue: {label}")
         self._check("submit")
-        return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, NULL, 0, None, None, None, keep,
-                           is_timed)
+        self._building += 1
+        try:
+            return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, NULL, 0, None, None, None,
+                               keep, is_timed)
+        finally:
+            self._building -= 1
+
+    cdef Submission _submit_kernel(self, int kind, object fn, str name, PyObject** args, Py_ssize_t nargs,
+                                   str verb, object reads, object writes, object stream, object target, object grid,
+                                   object block, dict kw, bint timed):
+        """A kernel submission (Queue.launch, Queue.submit): its access list from the arguments ``args[0:nargs]``
+        and ``reads`` / ``writes``, then issued; marked as being built throughout (see _begin)."""
+        self._begin()
+        self._building += 1
+        try:
+            self._args_access(fn, args, nargs, verb, name)
+            if reads is not None or writes is not None:
+                self._explicit_c(reads, writes, f"Queue.{verb} of kernel '{name}'")
+            return self._issue(kind, name, stream, target, args if kind == K_LAUNCH else NULL,
+                               nargs if kind == K_LAUNCH else 0, grid, block, kw, None, timed)
+        finally:
+            self._building -= 1
 
     def _note_write(self, Submission sub, sp):
         """Record that ``sub`` wrote ``sp`` = ``(lo, hi)`` (an allocation made by it)."""
@@ -522,11 +551,8 @@ cdef class QueueCore:
             raise ArgumentTypeError(f"Queue.submit: kernel '{p.fn.name}' has no arguments bound yet; call p(*args) "
                                     "or bind them with fn.bind(grid, block, *args)")
         held = p._held            # held here: a rebind during the accesses (a CAI property) replaces p._held
-        self._begin()
-        self._args_access(p.fn, _list_items(held), len(held), "submit", p.fn.name)
-        if reads is not None or writes is not None:
-            self._explicit_c(reads, writes, f"Queue.submit of kernel '{p.fn.name}'")
-        return self._issue(K_PREPARED, p.fn.name, stream, prepared, NULL, 0, None, None, None, None, is_timed)
+        return self._submit_kernel(K_PREPARED, p.fn, p.fn.name, _list_items(held), len(held), "submit", reads, writes,
+                                   stream, prepared, None, None, None, is_timed)
 
     # -- sync points ----------------------------------------------------------------------------
     def synchronize(self) -> None:
@@ -664,13 +690,8 @@ cdef object _queue_launch(object self, PyObject** argv, Py_ssize_t nargs, PyObje
             raise ArgumentTypeError(f"Queue.launch takes a Function (module.function(name)) and its arguments, "
                                     f"got {type(fn).__name__} {fn!r:.40}")
         name = fn.name
-    q._begin()
-    nargs = nargs - 3 if nargs > 3 else 0
-    q._args_access(fn, argv + 3, nargs, "launch", name)
-    if reads is not None or writes is not None:
-        q._explicit_c(reads, writes, f"Queue.launch of kernel '{name}'")
-    return q._issue(K_LAUNCH, name, <object>kw.stream, fn, argv + 3, nargs, <object>kw.head[1], <object>kw.head[2],
-                    launch_kw, None, kw.timed)
+    return q._submit_kernel(K_LAUNCH, fn, name, argv + 3, nargs - 3 if nargs > 3 else 0, "launch", reads, writes,
+                            <object>kw.stream, fn, <object>kw.head[1], <object>kw.head[2], launch_kw, kw.timed)
 
 
 _QUEUE_LAUNCH_DOC = (QueueCore.__name__ + ".launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, "

@@ -179,6 +179,10 @@ LONG_FILES = {
                    "not modules, so that they share the module's one launch call site and its inline arena "
                    "helpers: across modules those would be calls through a function pointer on every launch "
                    "instead of inlined code on the hot path",
+    "_queue.pyx": "QueueCore is one cdef class whose submission path (the access list, the hazard waits, the "
+                  "issue, the METH_FASTCALL launch) reads and writes its C fields directly: Cython keeps a cdef "
+                  "class's methods in its own module (a .pxi counts the same), and another module would reach "
+                  "those fields only through calls",
     "_cudnn.pyx": "_cudnn_build.pxi (building a MatmulPlan's descriptors) reads the module's bound cuDNN "
                   "entry-point table and error helpers, C globals that Cython cannot share with another "
                   "module except through an accessor call per cuDNN call; the plan and its builder are one "
