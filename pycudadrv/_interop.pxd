@@ -26,11 +26,15 @@ cdef int order_foreign(object obj, object cai, Stream s, Device dev) except -1
 cdef uint64_t dlpack_pointer(object obj, Stream s, Device dev) except? 0
 # The list of owners waiting (the same list object always: a launch path tests it is empty).
 cdef list dlpack_owners()
-# After a launch on `s`: keep the waiting owners until it has run (keep_until_done), or for
-# the graph's life when `s` captures.
-cdef int settle_dlpack_owners(Stream s) except -1
-# The waiting owners, handed to a holder (a graph whose node now uses them); the list empties.
-cdef tuple take_dlpack_owners()
+# How many owners this thread has waiting: a launch that may run inside another's packing (an
+# argument's Python code launching) settles or takes only those after its mark (`keep`).
+cdef Py_ssize_t dlpack_mark() except -1
+# After a launch on `s`: keep this thread's waiting owners (after the first `keep`) until it has run
+# (keep_until_done), or for the graph's life when `s` captures.
+cdef int settle_dlpack_owners(Stream s, Py_ssize_t keep=*) except -1
+# This thread's waiting owners (after the first `keep`), handed to a holder (a graph whose node now
+# uses them, or nobody: a refused launch); they leave the list.
+cdef tuple take_dlpack_owners(Py_ssize_t keep=*)
 # asbuffer() of a CAI object (`cai` its dict) for `who` (named in errors); with `strided`, a
 # strided array (no negative stride) gives a raw-bytes Buffer over the bytes it spans from its
 # data pointer, its producer ordered as asbuffer orders it.

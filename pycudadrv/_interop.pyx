@@ -277,17 +277,32 @@ cdef list dlpack_owners():
     return _owners
 
 
-cdef tuple take_dlpack_owners():
+cdef Py_ssize_t dlpack_mark() except -1:
+    if not _owners:
+        return 0
+    me = PyThread_get_thread_ident()
+    return sum([1 for t, o in _owners if t == me])
+
+
+cdef tuple take_dlpack_owners(Py_ssize_t keep=0):
     if not _owners:
         return ()
     me = PyThread_get_thread_ident()
-    mine = tuple([o for t, o in _owners if t == me])
-    _owners[:] = [(t, o) for t, o in _owners if t != me]
-    return mine
+    cdef list mine = [], rest = []
+    cdef Py_ssize_t seen = 0
+    for t, o in _owners:
+        if t == me:
+            seen += 1
+            if seen > keep:
+                mine.append(o)
+                continue
+        rest.append((t, o))
+    _owners[:] = rest
+    return tuple(mine)
 
 
-cdef int settle_dlpack_owners(Stream s) except -1:
-    owners = take_dlpack_owners()
+cdef int settle_dlpack_owners(Stream s, Py_ssize_t keep=0) except -1:
+    owners = take_dlpack_owners(keep)
     if not owners:
         return 0
     if s._capture is not None:

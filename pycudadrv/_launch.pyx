@@ -20,7 +20,7 @@ from pycudadrv._event cimport Event
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, active_captures,
                                 check_launch_outside_capture)
 from pycudadrv._memory cimport Buffer
-from pycudadrv._interop cimport read_cai, dlpack_owners, settle_dlpack_owners, take_dlpack_owners
+from pycudadrv._interop cimport read_cai, dlpack_owners, dlpack_mark, settle_dlpack_owners, take_dlpack_owners
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, marshal, marshal_cached, infer_layout,
                                  args_summary, pycudadrv_arena_layout,
                                  pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
@@ -609,6 +609,8 @@ cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject
     cdef void** kp
     cdef LaunchConfig lc = None
     cdef object held                # a dict call's values, kept alive while the launch runs
+    cdef Py_ssize_t mark            # this thread's DLPack exports taken before this launch packs
+    cdef bint launched
     _launch_kw_init(&kw, argv, nargs)
     if kwnames != NULL:
         if _tuple_size(kwnames) == 1 and _tuple_get(kwnames, 0) == <PyObject*>_KW_STREAM:
@@ -658,18 +660,19 @@ cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject
         # GIL there) may launch this function again: that launch packs apart, never in this arena.
         if not fn._arena_ready:
             _ready_arena(fn, n)
+        mark = dlpack_mark() if _dl_owners else 0     # exports an outer launch took are its own
         fn._busy = True
+        launched = False            # (a flag, not an except clause: that would save the exception state)
         try:
             kp = marshal_cached(&fn._arena, lay, items, n, &fn._args, s)
             launch_now(driver(), fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, items, n)
-        except BaseException:
-            if _dl_owners:
-                take_dlpack_owners()    # refused, nothing launched: the DLPack exports taken may go
-            raise
+            launched = True
         finally:
             fn._busy = False
+            if not launched and _dl_owners:
+                take_dlpack_owners(mark)    # refused, nothing launched: the DLPack exports taken may go
         if _dl_owners:
-            settle_dlpack_owners(s)     # a DLPack argument's export lives until the kernel has run
+            settle_dlpack_owners(s, mark)   # a DLPack argument's export lives until the kernel has run
         return None
     _launch_apart(fn, g, b, kw.shared_mem_bytes, s, lc, vec_tuple(items, n))
     return None
@@ -716,6 +719,7 @@ cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned i
     cdef ParamSpec* inferred = NULL
     cdef Py_ssize_t k
     cdef void** kp
+    cdef Py_ssize_t mark = dlpack_mark() if _dl_owners else 0
     pycudadrv_arena_init(&arena)
     lay.packing += 1            # set_signature waits: `specs` is the layout's own
     try:
@@ -729,14 +733,14 @@ cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned i
         issue_launch(fn, g, b, shmem, s, kp, lc, args, False)
     except BaseException:
         if _dl_owners:
-            take_dlpack_owners()        # refused, nothing launched: the DLPack exports taken may go
+            take_dlpack_owners(mark)    # refused, nothing launched: the DLPack exports taken may go
         raise
     finally:
         lay.packing -= 1
         pycudadrv_arena_release(&arena)
         free(inferred)
     if _dl_owners:
-        settle_dlpack_owners(s)
+        settle_dlpack_owners(s, mark)
     return 0
 
 

@@ -249,3 +249,25 @@ def test_a_refused_launch_lets_go_of_the_dlpack_exports_it_took(rng):
     d = _DLOnly(by)
     fn.launch(2, 256, d, bx, a, 300)
     _check(by.to_numpy(), a, x, y0)
+
+
+@pytest.mark.gpu
+def test_a_launch_refused_inside_another_launchs_packing_keeps_the_outer_exports(rng):
+    """A launch made (and refused) by an argument's Python code took every DLPack export of the
+    thread, the outer launch's too: the outer producer was let go before the outer kernel ran."""
+    fn = fresh_saxpy("dlpack nested outer")
+    other = fresh_saxpy("dlpack nested inner")
+    x, y0, a = _data(rng)
+    bx, by = cd.Buffer.from_numpy(x), cd.Buffer.from_numpy(y0)
+
+    def refused():
+        other.launch(1, 32, _DLOnly(bx), "not a pointer", 1.0, 1)
+
+    sneaky = _Reads(bx, refused)
+    outer = _DLOnly(by)
+    ref = weakref.ref(outer)
+    fn.launch(2, 256, outer, sneaky, a, 300)
+    del outer
+    assert [type(e) for e in sneaky.raised] == [cd.ArgumentTypeError]
+    assert ref() is not None, "the outer launch's DLPack export was let go before its kernel ran"
+    _check(by.to_numpy(), a, x, y0)
