@@ -1,4 +1,6 @@
 from pycudadrv._cuda cimport *
+from pycudadrv._driver cimport check
+from pycudadrv._driver_api cimport pycudadrv_driver_api
 
 cdef class Device:
     cdef readonly int ordinal
@@ -20,6 +22,14 @@ cdef class Device:
     # (least, greatest) stream priority of the primary context (cuCtxGetStreamPriorityRange).
     cdef tuple stream_priority_range(self)
     cdef int _attr(self, int attr) except? -1
+
+# Device.activate's body, inlined where a call per launch counts (pycudadrv._launch): one
+# cuCtxGetCurrent; cuCtxSetCurrent only when the device's primary context is not current.
+cdef inline int make_current(pycudadrv_driver_api* d, Device dev) except -1:
+    cdef CUcontext cur = NULL
+    if d.p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS or cur != dev._context:
+        check(d.p_cuCtxSetCurrent(dev._context), "cuCtxSetCurrent")
+    return 0
 
 # The canonical Device object of an ordinal (created on first use).
 cdef Device get_device(int ordinal)

@@ -251,11 +251,7 @@ cdef class Device:
         return v
 
     cdef int activate(self) except -1:
-        cdef pycudadrv_driver_api* d = driver()
-        cdef CUcontext cur = NULL
-        if d.p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS or cur != self._context:
-            check(d.p_cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
-        return 0
+        return make_current(driver(), self)
 
     cdef tuple stream_priority_range(self):
         cdef int least = 0, greatest = 0

@@ -20,7 +20,6 @@ cdef class Function(KernelBase):
     cdef unsigned long _layout_version   # counts set_signature calls (TritonLaunchBase's plans follow it)
     cdef bint _launch_dict_calls    # launch was called with a dict of keywords: bind for tp_call (_launchmethod.pxi)
 
-    cdef int _refuse_while_packing(self) except -1
     cdef int _drop_cache(self) except -1
 
 cdef class LaunchConfig:
@@ -61,7 +60,6 @@ cdef class PreparedLaunch:
     cdef uintptr_t _launch_updatable(self) except? 1
     cdef int _check_bound(self, Stream s) except -1
     cdef int _ensure_scratch(self) except -1
-    cdef int _launch_checks(self) except -1
     cdef int _pack_all(self, tuple args, pycudadrv_arena* arena) except -1
     cdef int _bind(self, tuple args, tuple packed) except -1
     cdef int _begin_packing(self, str what) except -1

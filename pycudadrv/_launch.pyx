@@ -14,7 +14,7 @@ from pycudadrv._vcall cimport (pycudadrv_enable_vectorcall, pycudadrv_vectorcall
                                pycudadrv_disallow_instantiation, pycudadrv_is_caller_constant)
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
-from pycudadrv._device cimport Device
+from pycudadrv._device cimport Device, make_current
 from pycudadrv._kernel cimport KernelBase, kernel_token, parse_dims, launch_dims, validate_config
 from pycudadrv._event cimport Event
 from pycudadrv._stream cimport (Stream, Capture, resolve_stream, active_captures,
@@ -182,11 +182,14 @@ cdef inline bint _plain_launch(Stream s, LaunchConfig lc) noexcept:
             and (lc is None or not lc.use_ex) and not _captures)
 
 
-cdef inline int activate_for(pycudadrv_driver_api* d, Device dev) except -1:
-    """Device.activate inline: one cuCtxGetCurrent when the device's context is current already."""
-    cdef CUcontext cur = NULL
-    if d.p_cuCtxGetCurrent(&cur) != CUDA_SUCCESS or cur != dev._context:
-        dev.activate()
+cdef inline int _launch_plain(pycudadrv_driver_api* d, Function fn, const unsigned int* grid,
+                              const unsigned int* block, unsigned int shmem, Stream s, void** kp, object args,
+                              PyObject** items, Py_ssize_t nitems) except -1:
+    """The cuLaunchKernel of the common launch (_plain_launch), its failure named."""
+    cdef CUresult r = d.p_cuLaunchKernel(fn._handle, grid[0], grid[1], grid[2], block[0], block[1], block[2],
+                                         shmem, s._handle, kp, NULL)
+    if r != CUDA_SUCCESS:
+        raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem, _args_of(args, items, nitems))
     return 0
 
 
@@ -195,14 +198,9 @@ cdef inline int launch_now(pycudadrv_driver_api* d, Function fn, const unsigned 
                            object args, PyObject** items=NULL, Py_ssize_t nitems=0) except -1:
     """Make the function's context current and launch (issue_launch), the common launch inlined at
     the hot call sites (the prepared and the generic launch) instead of a call of the general one."""
-    cdef CUresult r
-    activate_for(d, fn.device)
+    make_current(d, fn.device)
     if _plain_launch(s, lc):
-        r = d.p_cuLaunchKernel(fn._handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem,
-                               s._handle, kp, NULL)
-        if r != CUDA_SUCCESS:
-            raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem, _args_of(args, items, nitems))
-        return 0
+        return _launch_plain(d, fn, grid, block, shmem, s, kp, args, items, nitems)
     issue_launch(fn, grid, block, shmem, s, kp, lc, args, False, items, nitems)
     return 0
 
@@ -213,11 +211,7 @@ cdef uintptr_t issue_launch(Function fn, const unsigned int* grid, const unsigne
     cdef pycudadrv_driver_api* d = driver()
     cdef CUresult r
     if not device_updatable and _plain_launch(s, lc):
-        r = d.p_cuLaunchKernel(fn._handle, grid[0], grid[1], grid[2], block[0], block[1], block[2], shmem,
-                               s._handle, kp, NULL)
-        if r != CUDA_SUCCESS:
-            raise _launch_error(r, "cuLaunchKernel", fn, grid, block, shmem,
-                                _args_of(args, items, nitems))
+        _launch_plain(d, fn, grid, block, shmem, s, kp, args, items, nitems)
         return 0
     cdef Capture cap = s._capture
     cdef CUlaunchConfig cfg
@@ -394,15 +388,7 @@ cdef class Function(KernelBase):
         _free_kept(self)
         pycudadrv_arena_release(&self._arena)
 
-    cdef int _refuse_while_packing(self) except -1:
-        if self._busy or self.layout.packing:
-            raise StateError(f"kernel '{self.name}': set_signature while a launch of it is packing its arguments "
-                             "(from an argument's __cuda_array_interface__/__dlpack__ or a hook) would free the "
-                             "layout and the argument arena that launch uses; change the signature outside the launch")
-        return 0
-
     cdef int _drop_cache(self) except -1:
-        self._refuse_while_packing()
         _free_kept(self)
         return 0
 
@@ -423,7 +409,10 @@ cdef class Function(KernelBase):
                     f"kernel '{self.name}': signature {signature!r} ({_signature.format_layout(layout)}) "
                     f"disagrees with the kernel's own parameter info ({lay.source}): "
                     f"({_signature.format_layout(lay.params)})")
-        self._refuse_while_packing()       # before anything changes
+        if self._busy or lay.packing:       # refused before anything changes
+            raise StateError(f"kernel '{self.name}': set_signature while a launch of it is packing its arguments "
+                             "(from an argument's __cuda_array_interface__/__dlpack__ or a hook) would free the "
+                             "layout and the argument arena that launch uses; change the signature outside the launch")
         lay.set(layout, "signature")
         self._drop_cache()
         self._layout_version += 1
@@ -720,6 +709,7 @@ cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned i
     cdef Py_ssize_t k
     cdef void** kp
     cdef Py_ssize_t mark = dlpack_mark() if _dl_owners else 0
+    cdef bint launched = False
     pycudadrv_arena_init(&arena)
     lay.packing += 1            # set_signature waits: `specs` is the layout's own
     try:
@@ -731,14 +721,13 @@ cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned i
                 (<Buffer>args[k])._alloc.note_use(s)
         fn.device.activate()
         issue_launch(fn, g, b, shmem, s, kp, lc, args, False)
-    except BaseException:
-        if _dl_owners:
-            take_dlpack_owners(mark)    # refused, nothing launched: the DLPack exports taken may go
-        raise
+        launched = True
     finally:
         lay.packing -= 1
         pycudadrv_arena_release(&arena)
         free(inferred)
+        if not launched and _dl_owners:
+            take_dlpack_owners(mark)    # refused, nothing launched: the DLPack exports taken may go
     if _dl_owners:
         settle_dlpack_owners(s, mark)
     return 0

@@ -88,7 +88,6 @@ cdef class PreparedLaunch:
 
     def __init__(self, fn=None, grid=None, block=None, *args, shared_mem_bytes=0, stream=None,
                  cooperative=False, cluster=None, programmatic_dependent=False):
-        cdef int k
         if self.fn is not None:
             raise StateError(f"this PreparedLaunch of kernel '{self.fn.name}' is already initialised; make another "
                              "with fn.bind(grid, block, *args)")
@@ -285,15 +284,12 @@ cdef class PreparedLaunch:
             self._hold_exports(self._stream)
         return 0
 
-    cdef int _launch_checks(self) except -1:
-        return _prepared_checks(self)
-
     cdef uintptr_t _launch_updatable(self) except? 1:
         """Launch (during a capture) as a device-updatable kernel node; returns
         its device node handle for cudaGraphKernelNodeSetGridDim & co."""
         cdef Function fn = self.fn
         cdef LaunchConfig c = self.config
-        self._launch_checks()
+        _prepared_checks(self)
         fn.device.activate()
         node = issue_launch(fn, c.grid, c.block, c.shared_mem_bytes, self._stream, self.kernel_params, c,
                             self._held, True)
@@ -412,12 +408,11 @@ cdef class PreparedLaunch:
             raise ArgumentTypeError(f"kernel '{self.fn.name}': bind all arguments first (p(*args)), then set_arg")
         size = (self.specs[index].size + 15) // 16 * 16
         self._begin_packing("set_arg")
-        if size > sizeof(small):
-            tmp = <unsigned char*>malloc(size)
-            if tmp == NULL:
-                self._packing = False
-                raise MemoryError()
         try:
+            if size > sizeof(small):
+                tmp = <unsigned char*>malloc(size)
+                if tmp == NULL:
+                    raise MemoryError()
             memset(tmp, 0, size)
             pv = self._as_packed(index, value)
             pack_arg(pv, self.fn.layout, index, &self.specs[index], tmp, self._stream)
