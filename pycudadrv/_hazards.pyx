@@ -257,6 +257,56 @@ cdef inline int _probe(list lanes, _Lane lane, Py_ssize_t k) except -2:
         raise fault_error(pending_of(lanes), err, "checking which submissions completed") from err
 
 
+cdef Py_ssize_t _retire_lane(list lanes, _Lane lane, _EventPool events, bint tail_first, bint* activated) except -2:
+    """retire_fronts for one lane with work in flight: how many of its submissions were retired, or -1
+    while a capture on this thread forbids the query."""
+    cdef Py_ssize_t h = lane.head, n = len(lane.inflight), lo, hi, mid
+    cdef int r
+    if not activated[0] and type((<Submission>lane.inflight[h])._event) is Event:
+        (<Event>(<Submission>lane.inflight[h])._event).device.activate()
+        activated[0] = True
+    hi = n - 1
+    if tail_first:
+        r = _probe(lanes, lane, hi)         # the GPU keeping up: all of it done, one query
+        if r < 0:
+            return -1
+        if r:
+            lo = hi
+        else:
+            if hi == h:
+                return 0
+            r = _probe(lanes, lane, h)
+            if r < 0:
+                return -1
+            if not r:
+                return 0                    # the GPU is behind: nothing of this stream done
+            lo = h
+    else:
+        r = _probe(lanes, lane, h)          # the GPU behind: nothing done, one query
+        if r < 0:
+            return -1
+        if not r:
+            return 0
+        lo = h
+        if hi > h:
+            r = _probe(lanes, lane, hi)
+            if r < 0:
+                return -1
+            if r:
+                lo = hi
+    while hi - lo > 1:                      # lo done, hi not
+        mid = (lo + hi) >> 1
+        r = _probe(lanes, lane, mid)
+        if r < 0:
+            break
+        if r:
+            lo = mid
+        else:
+            hi = mid
+    retire_to(lane, <Submission>lane.inflight[lo], events)
+    return lo - h + 1
+
+
 cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=True) except -1:
     """Mark the submissions the GPU has finished, recycling their events into ``events``; returns how
     many. A lane's submissions complete in issue order: with ``tail_first`` (the GPU seen keeping up)
@@ -266,57 +316,15 @@ cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=Tru
     H200, about 0.3 us for one still pending: tools/probe_event_costs.py). Nothing while a capture
     forbids queries; a fault raises CudaError naming the kernel that most likely caused it."""
     cdef _Lane lane
-    cdef Py_ssize_t h, n, lo, hi, mid, retired = 0
-    cdef int r
+    cdef Py_ssize_t got, retired = 0
     cdef bint activated = False
     for lane in lanes:
-        h = lane.head
-        n = len(lane.inflight)
-        if h == n:
+        if lane.head == len(lane.inflight):
             continue
-        if not activated and type((<Submission>lane.inflight[h])._event) is Event:
-            (<Event>(<Submission>lane.inflight[h])._event).device.activate()
-            activated = True
-        hi = n - 1
-        if tail_first:
-            r = _probe(lanes, lane, hi)         # the GPU keeping up: all of it done, one query
-            if r < 0:
-                return retired
-            if r:
-                lo = hi
-            else:
-                if hi == h:
-                    continue
-                r = _probe(lanes, lane, h)
-                if r < 0:
-                    return retired
-                if not r:
-                    continue                    # the GPU is behind: nothing of this stream done
-                lo = h
-        else:
-            r = _probe(lanes, lane, h)          # the GPU behind: nothing done, one query
-            if r < 0:
-                return retired
-            if not r:
-                continue
-            lo = h
-            if hi > h:
-                r = _probe(lanes, lane, hi)
-                if r < 0:
-                    return retired
-                if r:
-                    lo = hi
-        while hi - lo > 1:                      # lo done, hi not
-            mid = (lo + hi) >> 1
-            r = _probe(lanes, lane, mid)
-            if r < 0:
-                break
-            if r:
-                lo = mid
-            else:
-                hi = mid
-        retired += lo - h + 1
-        retire_to(lane, <Submission>lane.inflight[lo], events)
+        got = _retire_lane(lanes, lane, events, tail_first, &activated)
+        if got < 0:
+            return retired
+        retired += got
     return retired
 
 
@@ -504,17 +512,36 @@ cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_
     fn.launch(grid, block, *vec_tuple(items, n), **kw)
     return 0
 
-cdef int retire_every(list lanes, _EventPool events, int every) except -1:
-    """Retire what completed on ``lanes`` (:func:`retire_fronts`); returns the submissions until the next such
-    check: RETIRE_EVERY when some completed, else (work still in flight: the GPU far behind) twice ``every``,
-    up to 16 times RETIRE_EVERY."""
+cdef int retire_every(list lanes, _EventPool events, int every, Py_ssize_t* turn) except -1:
+    """The periodic completion check of a Queue: one stream per check, in turn (``turn``: the lane to
+    start from, advanced past the one asked; NULL: every stream), the next with work in flight (:func:`retire_fronts` for
+    it alone). Asking every stream at every check cost one query per stream per check -- a query that
+    finds its event done costs 1.36 us on the H200, 0.34 us per submission for 4 streams every 16
+    submissions -- and a stream's completions keep until its turn. Returns the submissions until the
+    next check: RETIRE_EVERY when some completed, else (work still in flight: the GPU far behind)
+    twice ``every``, up to 16 times RETIRE_EVERY."""
     cdef _Lane lane
-    if retire_fronts(lanes, events, every == RETIRE_EVERY):      # the last check found work done: tail first
+    cdef Py_ssize_t j, k, n = len(lanes), got = 0
+    cdef bint activated = False, pending = False
+    if turn == NULL:            # every stream (Queue._retire_now)
+        got = retire_fronts(lanes, events, every == RETIRE_EVERY)
+    else:
+        for j in range(n):
+            k = (turn[0] + j) % n
+            lane = <_Lane>lanes[k]
+            if lane.head != len(lane.inflight):
+                turn[0] = (k + 1) % n
+                got = _retire_lane(lanes, lane, events, every == RETIRE_EVERY, &activated)
+                break
+    if got > 0:                 # the last check found work done: tail first
         return RETIRE_EVERY
     if every < 16 * RETIRE_EVERY:
         for lane in lanes:
             if in_flight(lane):
-                return 2 * every
+                pending = True
+                break
+        if pending:
+            return 2 * every
     return every
 
 

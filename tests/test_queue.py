@@ -435,6 +435,32 @@ def test_the_completion_check_asks_the_tail_first_then_the_front_then_halves(fak
     assert q.stats()["in_flight"] == [7] and SIM.queries <= 6
 
 
+def test_the_periodic_completion_check_asks_one_stream_in_turn(fake):
+    # Every 16 submissions the check asks one stream, the next in turn with work in flight (asking all
+    # of them: a query per stream per check, 1.36 us each once their work is done -- 0.34 us per
+    # submission for four streams); the others keep their completions until their turn.
+    q = cd.Queue(streams=4, policy="round_robin")
+    bufs = buffers(80)
+    for k in range(15):
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
+    assert q.stats()["in_flight"] == [4, 4, 4, 3]
+    complete_all(q)
+    SIM.queries = 0
+    q.launch(FakeKernel("k15", "float* y"), 1, 32, bufs[15])          # the 16th: a check, of stream 0
+    assert (SIM.queries, q.stats()["in_flight"]) == (1, [0, 4, 4, 4])  # its tail: all of it done
+    for k in range(16, 31):
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
+    assert SIM.queries == 1
+    complete_all(q)
+    q.launch(FakeKernel("k31", "float* y"), 1, 32, bufs[31])          # the next check: stream 1's tail
+    assert SIM.queries == 2
+    assert q.stats()["in_flight"] == [4, 0, 8, 8]
+    q._retire_now(every_lane=False)                                    # then stream 2, and so on
+    assert q.stats()["in_flight"] == [4, 0, 0, 8] and SIM.queries == 3
+    q._retire_now()                                                    # every stream at once (k31 runs)
+    assert q.stats()["in_flight"] == [0, 0, 0, 1]
+
+
 def test_while_nothing_completes_the_completion_check_comes_less_often(fake):
     q = cd.Queue(streams=1)
     bufs = buffers(260)
