@@ -160,7 +160,10 @@ cdef class Allocation(CaptureWork):
                     return 0
             self.users.append(s)
             return 0
-        if s not in self.users:
+        for k in range(len(self.users)):        # by identity (`in` would call Stream.__eq__ per item)
+            if self.users[k] is s:
+                break
+        else:
             self.users.append(s)
         self.last_user = s
         return 0
