@@ -5,11 +5,7 @@ pickle work as on CPython's method types, and a dict of keywords changed while t
 cannot free what the launch still reads. Crash-prone cases run in a child process."""
 import copy
 import gc
-import os
 import pickle
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -18,26 +14,18 @@ import pycudadrv as cd
 import pycudadrv._launch as _launch
 from pycudadrv._launch import Function
 
-AXPB = r"""
-extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + y[i];
-}
-"""
+from _children import run_child  # noqa: E402
+from _children import fresh_saxpy as _fresh  # noqa: E402
 
 
 def fresh_saxpy(tag):
-    name = "".join(c if c.isalnum() else "_" for c in tag)
-    return cd.compile(AXPB + f"__device__ int brk_{name};\n").load().function("saxpy")
+    return _fresh("brk", tag)
 
 
 def _child(code):
     """Run ``code`` (after the imports above) in a child interpreter; its (returncode, output)."""
-    src = "import gc, sys\nimport numpy as np\nimport pycudadrv as cd\nfrom pycudadrv._launch import Function\n"
-    src += f"AXPB = {AXPB!r}\n" + textwrap.dedent(code)
-    p = subprocess.run([sys.executable, "-X", "dev", "-c", src], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ))
-    return p.returncode, p.stdout + p.stderr
+    return run_child("import gc, sys\nimport numpy as np\nimport pycudadrv as cd\nfrom pycudadrv._launch import Function\n",
+                     code)
 
 
 def _saxpy_args(rng, n=300):
@@ -116,7 +104,7 @@ def test_a_keyword_dict_changed_during_the_launch_frees_nothing_the_launch_reads
     from it (a stream, a cluster, the block) must stay alive until the launch is done with it."""
     rc, out = _child(f"""
         what = {what!r}
-        fn = cd.compile(AXPB).load().function("saxpy")
+        fn = cd.compile(SAXPY).load().function("saxpy")
         y = cd.Buffer.zeros(64, np.float32)
         x = cd.Buffer.zeros(64, np.float32)
         fn.launch(1, 64, *(y, x, 1.0, 64), **{{"stream": cd.Stream()}})      # now tuple and dict

@@ -7,10 +7,6 @@ clear error, leave the object as it was, and the next ordinary launch must compu
 (checked against NumPy float64). A refused launch must also let go of the DLPack exports it took.
 Crash-prone cases run in a child process."""
 import gc
-import os
-import subprocess
-import sys
-import textwrap
 import weakref
 
 import numpy as np
@@ -18,26 +14,17 @@ import pytest
 
 import pycudadrv as cd
 
-SAXPY = r"""
-extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + y[i];
-}
-"""
+from _children import run_child
+from _children import fresh_saxpy as _fresh
 
 
 def fresh_saxpy(tag):
-    """A Function of its own (the module cache keys on the image: a distinct global makes it new)."""
-    name = "".join(c if c.isalnum() else "_" for c in tag)
-    return cd.compile(SAXPY + f"__device__ int reent_{name};\n").load().function("saxpy")
+    return _fresh("reent", tag)
 
 
 def _child(code):
     """Run ``code`` in a child interpreter (a crash fails one test); its (returncode, output)."""
-    src = "import sys\nimport numpy as np\nimport pycudadrv as cd\n" + f"SAXPY = {SAXPY!r}\n" + textwrap.dedent(code)
-    p = subprocess.run([sys.executable, "-X", "dev", "-c", src], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ))
-    return p.returncode, p.stdout + p.stderr
+    return run_child("import sys\nimport numpy as np\nimport pycudadrv as cd\n", code)
 
 
 def _data(rng, n=300):
