@@ -29,11 +29,13 @@ class Timestamps(TimestampsBase):
     Results, as in khal: :meth:`request_read` asks for the results of every
     pass closed so far; :meth:`try_take` returns them once the GPU has
     finished them (``None`` before), never blocking, and asks itself when
-    nothing was asked for; :meth:`read` returns them too, waiting for the GPU
+    nothing was asked for (and, when it returns results, for the passes
+    closed since); :meth:`read` returns them too, waiting for the GPU
     by default and raising NotReadyError with ``blocking=False``. Passes
     closed after a request wait for the next one, so a loop that calls
-    ``try_take()`` once a frame gets each frame's results as soon as they
-    are ready, even while later frames keep the GPU busy. Passes may nest;
+    ``try_take()`` once a frame gets each frame's results at the next call
+    once they are ready, even while later frames keep the GPU busy, with the
+    events of two frames in flight. Passes may nest;
     a pass is reported in the first request after it closed. :attr:`is_idle`
     is True only once every result was taken.
 
@@ -89,7 +91,11 @@ class Timestamps(TimestampsBase):
         starts = [e[1] for e in req]
         ends = [e[2] for e in req]
         out = list(zip([e[0] for e in req], Event.elapsed_ms_pairs(starts, ends)))
-        self._give_back(starts + ends, req)
+        # Back in the pool so that it hands them out again in the order they were recorded (it pops
+        # the last one put back first): the driver records a run of events fastest in that order.
+        back = [ev for e in req for ev in (e[1], e[2])]
+        back.reverse()
+        self._give_back(back, req)
         return out
 
     def try_take(self) -> list[tuple[str, float]] | None:
@@ -97,14 +103,21 @@ class Timestamps(TimestampsBase):
         nothing was) as ``[(label, milliseconds), ...]`` in order of start,
         once the GPU has finished them (``cuEventQuery``), clearing them;
         ``None`` while they are still running or while the only passes are
-        still open; ``[]`` when there is nothing at all. Never blocks."""
+        still open; ``[]`` when there is nothing at all. Never blocks.
+
+        A call that returns results also asks for the passes closed since
+        they were asked for, so a loop calling it once a frame gets each
+        frame's passes at the next call (two frames' events in flight at
+        most; each call one ``cuEventQuery``)."""
         if not self._requested:
             self.request_read()
             if not self._requested:
                 return None if self._open else []
         if not self._ready():
             return None
-        return self._take()
+        out = self._take()
+        self.request_read()     # what closed since that request: asked for now, the next call's results
+        return out
 
     def read(self, blocking: bool = True) -> list[tuple[str, float]]:
         """Ask for every closed pass and return ``[(label, milliseconds), ...]``

@@ -169,6 +169,35 @@ def test_a_steady_loop_gets_every_frame_once_while_the_gpu_lags_behind(ts):
     assert [label for label, _ in got] == [f"f{k}" for k in range(10)]
 
 
+def test_try_take_once_a_frame_returns_the_frame_before_with_two_frames_of_events_at_most(ts):
+    # A call that takes results asks for what closed since: with the GPU one frame behind, each call
+    # returns the previous frame, and the events of two frames serve the whole loop (taking every
+    # other call, three frames' events were in flight and the pool grew to them).
+    got = []
+    for frame in range(10):
+        for k in range(4):
+            with ts.measure(f"f{frame}.{k}"):
+                pass
+        got.append(ts.try_take())
+        gpu_catches_up()                                  # the GPU finishes a frame after its call
+    assert got[0] is None
+    assert [[label for label, _ in r] for r in got[1:]] == [[f"f{f}.{k}" for k in range(4)] for f in range(9)]
+    assert CLOCK.created == 2 * 4 * 2
+
+
+def test_taken_events_are_handed_out_again_in_the_order_they_were_recorded(ts):
+    for label in ("a", "b"):
+        with ts.measure(label):
+            pass
+    first = [ev for entry in ts._passes for ev in entry[1:]]
+    gpu_catches_up()
+    assert [label for label, _ in ts.try_take()] == ["a", "b"]
+    for label in ("c", "d"):
+        with ts.measure(label):
+            pass
+    assert [ev for entry in ts._passes for ev in entry[1:]] == first     # c.start is a.start, ...
+
+
 def test_read_blocking_false_raises_not_ready_and_keeps_the_request(ts):
     with ts.measure("a"):
         pass
