@@ -139,8 +139,13 @@ ctypedef struct LaunchKeywords:
 cdef dict launch_keywords(LaunchKeywords* kw, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames)
 # Install `meth` (METH_FASTCALL | METH_KEYWORDS) as method `name` of `t`, with docstring `doc`.
 cdef int install_fastcall(type t, bytes name, void* meth, bytes doc) except -1
-# The periodic check: retire what completed on the next lane in turn (from `turn[0]`, advanced) with work in
-# flight (turn NULL: on every lane); returns the submissions until the next check (`every`: the last interval).
-cdef int retire_every(list lanes, _EventPool events, int every, Py_ssize_t* turn) except -1
+# When a Queue next checks which submissions completed: `every` submissions after the last check (`base`
+# after a check that found work done: RETIRE_EVERY per stream it asked, up to `pool` streams).
+cdef struct RetireClock:
+    int every
+    int base
+    int pool
+# The periodic check: retire what completed on every lane with work in flight, then set `clock`.
+cdef int retire_every(list lanes, _EventPool events, RetireClock* clock) except -1
 # Drop the lanes' references to their Submissions (a closing queue breaks that cycle).
 cdef int let_go(list lanes) except -1

@@ -512,37 +512,31 @@ cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_
     fn.launch(grid, block, *vec_tuple(items, n), **kw)
     return 0
 
-cdef int retire_every(list lanes, _EventPool events, int every, Py_ssize_t* turn) except -1:
-    """The periodic completion check of a Queue: one stream per check, in turn (``turn``: the lane to
-    start from, advanced past the one asked; NULL: every stream), the next with work in flight (:func:`retire_fronts` for
-    it alone). Asking every stream at every check cost one query per stream per check -- a query that
-    finds its event done costs 1.36 us on the H200, 0.34 us per submission for 4 streams every 16
-    submissions -- and a stream's completions keep until its turn. Returns the submissions until the
-    next check: RETIRE_EVERY when some completed, else (work still in flight: the GPU far behind)
-    twice ``every``, up to 16 times RETIRE_EVERY."""
+cdef int retire_every(list lanes, _EventPool events, RetireClock* clock) except -1:
+    """The periodic completion check of a Queue: retire what completed on every stream with work in flight
+    (:func:`retire_fronts`), then set ``clock.every``, the submissions until the next check. A check that
+    found work done sets it to RETIRE_EVERY per stream it asked (``clock.base``), counting at most the
+    pool's streams: one query per 16 submissions whatever the size of the pool -- a query that finds its
+    event done costs 1.36 us on the H200, so asking four streams every 16 submissions cost 0.34 us per
+    submission -- while work on streams given with ``stream=`` (lanes beyond the pool, one per stream) is
+    still seen complete within 16 submissions per pool stream, and every stream's count of work in flight
+    is as fresh as every other's (the least loaded choice compares them). A check that found nothing
+    done (the GPU far behind) doubles the interval, up to 16 times the base."""
     cdef _Lane lane
-    cdef Py_ssize_t j, k, n = len(lanes), got = 0
-    cdef bint activated = False, pending = False
-    if turn == NULL:            # every stream (Queue._retire_now)
-        got = retire_fronts(lanes, events, every == RETIRE_EVERY)
-    else:
-        for j in range(n):
-            k = (turn[0] + j) % n
-            lane = <_Lane>lanes[k]
-            if lane.head != len(lane.inflight):
-                turn[0] = (k + 1) % n
-                got = _retire_lane(lanes, lane, events, every == RETIRE_EVERY, &activated)
-                break
-    if got > 0:                 # the last check found work done: tail first
-        return RETIRE_EVERY
-    if every < 16 * RETIRE_EVERY:
+    cdef int asked = 0
+    for lane in lanes:
+        if lane.head != len(lane.inflight):
+            asked += 1
+    if retire_fronts(lanes, events, clock.every == clock.base) > 0:    # the last check found work done: tail first
+        clock.base = RETIRE_EVERY * max(min(asked, clock.pool), 1)
+        clock.every = clock.base
+        return 0
+    if clock.every < 16 * clock.base:
         for lane in lanes:
             if in_flight(lane):
-                pending = True
+                clock.every = 2 * clock.every
                 break
-        if pending:
-            return 2 * every
-    return every
+    return 0
 
 
 cdef int let_go(list lanes) except -1:

@@ -1,6 +1,6 @@
 from libc.stdint cimport uint64_t
 from cpython.object cimport PyObject
-from pycudadrv._hazards cimport Submission, _Lane, DepList, _AllocStream, _EventPool
+from pycudadrv._hazards cimport Submission, _Lane, DepList, _AllocStream, _EventPool, RetireClock
 from pycudadrv._tracker cimport _Tracker, TrackHint
 
 # One byte range [lo, hi) touched by a submission (the Queue's scratch list of them).
@@ -41,8 +41,7 @@ cdef class QueueCore:
     cdef dict _alloc_streams       # id(stream) -> _AllocStream (allocation streams outside the pool)
     cdef DepList _deps             # lanes with a dependency of the submission being issued
     cdef int _countdown            # submissions until the next completion check
-    cdef int _retire_every         # that interval: 16, doubled (to 256) while checks find nothing done
-    cdef Py_ssize_t _turn          # the lane the next check starts from (one stream per check, in turn)
+    cdef RetireClock _clock        # its interval: 16 per stream asked, doubled (to 16 times) while checks find nothing done
     cdef object _memo_stream       # the last allocation stream looked up, and its _AllocStream (None: the pool's)
     cdef _AllocStream _memo_rec
 
@@ -58,7 +57,7 @@ cdef class QueueCore:
     cdef int _explicit_c(self, object reads, object writes, str what) except -1
     cdef _Lane _lane_of(self, object stream)
     cdef _Lane _choose(self, Submission first)
-    cdef int _retire(self, bint every_lane=*) except -1
+    cdef int _retire(self) except -1
     cdef Submission _issue(self, int kind, object name, object stream, object target, PyObject** args,
                            Py_ssize_t nargs, object grid, object block, dict kw, tuple keep, bint timed)
     cdef Submission _submit_kernel(self, int kind, object fn, str name, PyObject** args, Py_ssize_t nargs,

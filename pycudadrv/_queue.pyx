@@ -78,7 +78,8 @@ cdef class QueueCore:
         self._layouts = {}
         self._fresh = []
         self._alloc_streams = {}
-        self._retire_every = self._countdown = RETIRE_EVERY
+        self._clock.every = self._clock.base = self._countdown = RETIRE_EVERY
+        self._clock.pool = len(pool)
         self._joined = []
         self._Stream = stream_type
         self._Event = event_type
@@ -364,16 +365,14 @@ cdef class QueueCore:
         return best
 
     # -- completion ----------------------------------------------------------------------------
-    cdef int _retire(self, bint every_lane=False) except -1:
-        """Mark the submissions the GPU has finished (``cuEventQuery``): of the next stream in turn with
-        work in flight, or of every stream; see retire_every."""
-        self._retire_every = self._countdown = retire_every(self._lanes, self._events, self._retire_every,
-                                                            NULL if every_lane else &self._turn)
+    cdef int _retire(self) except -1:
+        """Mark the submissions the GPU has finished (``cuEventQuery``); see retire_every."""
+        retire_every(self._lanes, self._events, &self._clock)
+        self._countdown = self._clock.every
         return 0
 
-    def _retire_now(self, bint every_lane=True):
-        """The completion check now, of every stream (or, ``every_lane=False``, of the next in turn)."""
-        self._retire(every_lane)
+    def _retire_now(self):
+        self._retire()
 
     # -- the one submission path ------------------------------------------------------------------
     cdef Submission _issue(self, int kind, object name, object stream, object target, PyObject** args,
