@@ -571,7 +571,12 @@ cdef class QueueCore:
         for lane in self._lanes:
             if in_flight(lane):
                 try:
-                    lane.stream.synchronize()
+                    # A stream given with stream= and closed since: its queued work still runs to the
+                    # end (Stream.close), waited for through the lane's last event.
+                    if stream_closed(lane.stream):
+                        (<Submission>lane.inflight[len(lane.inflight) - 1])._event.synchronize()
+                    else:
+                        lane.stream.synchronize()
                 except CudaError as err:
                     raise self._async_error(err, "Queue.synchronize()") from err
         for lane in self._lanes:

@@ -61,6 +61,8 @@ class FakeStream:
         SIM.log.append(("wait_stream", self.id, other.id))
 
     def synchronize(self):
+        if self.closed:
+            raise cd.ClosedError("stream is closed")       # as Stream.synchronize
         if SIM.fault is not None:
             raise SIM.fault
         for ev in self.events:
@@ -484,6 +486,19 @@ def test_independent_chains_spread_over_the_streams_without_waits_across_complet
     assert sorted(lane_of(q, f"k{i}") for i in range(392, 400)) == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
+def test_synchronize_waits_for_work_on_a_stream_given_with_stream_and_closed_since(fake):
+    # Stream.close lets the queued work run to the end; the queue's sync point waits for it through
+    # the lane's last event instead of refusing (ClosedError from the closed stream's synchronize).
+    q = cd.Queue(streams=2)
+    x, y = buffers(2)
+    s = FakeStream()
+    q.launch(FakeKernel("on_s", "float* y"), 1, 32, x, stream=s)
+    q.launch(FakeKernel("on_pool", "float* y"), 1, 32, y)
+    s.close()
+    q.synchronize()
+    assert s.events[-1].done and len(q._pending()) == 0
+
+
 def test_while_nothing_completes_the_completion_check_comes_less_often(fake):
     q = cd.Queue(streams=1)
     bufs = buffers(260)
@@ -706,6 +721,26 @@ def mod():
 
 def grid_of(n):
     return ((n + 255) // 256,)
+
+
+@pytest.mark.gpu
+def test_synchronize_after_a_stream_given_with_stream_was_closed(mod, rng):
+    # The breaker's find: q.synchronize() raised ClosedError once a stream given with stream= was closed
+    # (Stream.close lets its work finish); it waits for that work and the values are right.
+    aff = mod.function("affine")
+    n = 256
+    for _ in range(2):
+        h = rng.standard_normal(n).astype(np.float32)
+        q = cd.Queue(streams=2)
+        x = q.from_numpy(h)
+        y = q.from_numpy(np.full(n, np.nan, np.float32))
+        s = cd.Stream()
+        q.launch(aff, 1, 256, y, x, 2.0, 1.0, n, stream=s)      # y = 2 x + 1, on s
+        s.close()
+        q.synchronize()
+        got = q.read(y)
+        q.close()
+        np.testing.assert_allclose(got, 2.0 * h.astype(np.float64) + 1.0, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.gpu
