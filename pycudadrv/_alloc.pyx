@@ -153,9 +153,12 @@ cdef class Allocation(CaptureWork):
             self.users = []
         if not s._owned:
             # Another library's stream: keep the newest wrapper of that handle (its last-use event is
-            # the one recorded after this use); never the fast path, so every use records it.
+            # the one recorded after this use); never the fast path, so every use records it. Only a
+            # wrapper replaces a wrapper: an owned stream of the same handle value (a stream wrapped with
+            # Stream.from_handle(s.handle), or one closed since, whose handle reads NULL like the legacy
+            # stream's) stays, and its later uses take the fast path.
             for k in range(len(self.users)):
-                if (<Stream>self.users[k])._handle == s._handle:
+                if not (<Stream>self.users[k])._owned and (<Stream>self.users[k])._handle == s._handle:
                     self.users[k] = s
                     return 0
             self.users.append(s)

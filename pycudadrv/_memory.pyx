@@ -642,6 +642,11 @@ cdef class Buffer:
         if self._parent is None and self._alloc is not None:
             self._alloc.request_free(True, False)
 
+    def _user_streams(self):
+        """The streams a free of this buffer's allocation waits for (besides its allocation stream), as
+        the deferred free will see them: a list of Streams (for the tests)."""
+        return list(self._alloc.users or ())
+
     def __enter__(self):
         return self
 

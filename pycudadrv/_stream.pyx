@@ -165,7 +165,9 @@ cdef int destroy_handle(int kind, void* handle, Device device, bint raise_errors
 
 
 cdef int order_after_uses(Stream consumer, Stream producer) except -1:
-    if producer is None or producer._owned or producer._closed:
+    if producer is None or producer._owned or producer._closed or producer._handle == NULL:
+        # (the NULL handle, the legacy stream: mark_use records nothing there; an event recorded now
+        # covers everything queued on it so far)
         return order_after(consumer, producer)
     if producer._last_use == NULL:
         return 0                  # pycudadrv queued nothing on it

@@ -22,6 +22,13 @@ extern "C" __global__ void spin_then_fill(float* out, float v, int n, long long 
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = v;
 }
+// Spins, then scales: a slow reader of x (its read comes at the end).
+extern "C" __global__ void spin_then_scale(float* out, const float* x, float a, int n, long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) { }
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * x[i];
+}
 extern "C" __global__ void widths(signed char* out8, short* out16, int* out32, signed char a, short b, int c,
                                   unsigned char ua) {
     *out8 = a; *out16 = b; *out32 = c + ua;
@@ -456,3 +463,82 @@ def test_profiling_a_million_launches_keeps_memory_flat(mod):
     finally:
         profile.disable()
         profile.reset()
+
+
+# --- the breaker's finds of 2026-12-02: a free must wait for every stream that used the memory -----
+
+def test_a_wrapper_of_an_owned_streams_handle_never_hides_that_stream_from_a_free(mod, rng):
+    # A stream that comes back wrapped (Stream.from_handle(o.handle): through torch or CuPy, say) took the
+    # owned stream's place among the allocation's users, and the owned stream's later uses, on the fast
+    # path, were recorded nowhere: the free waited only for an event recorded before its last kernel.
+    scale = mod.function("scale")
+    n = 4096
+    for _ in range(2):
+        a, o = cd.Stream(), cd.Stream()
+        h = rng.standard_normal(n).astype(np.float32)
+        x = cd.Buffer.from_numpy(h, stream=a)
+        y = poisoned(n, stream=a)
+        a.synchronize()
+        scale.launch(16, 256, y, x, 2.0, n, stream=o)                 # x's users: o
+        f = cd.Stream.from_handle(o.handle)
+        scale.launch(16, 256, y, x, 3.0, n, stream=f)                 # the same stream, wrapped
+        scale.launch(16, 256, y, x, -1.0, n, stream=o)                # o again (the fast path)
+        assert any(u is o for u in x._user_streams()) and any(u is f for u in x._user_streams())
+        got = y.to_numpy(stream=o)
+        np.testing.assert_allclose(got, -1.0 * h.astype(np.float64), rtol=1e-6, atol=1e-6)
+        x.close()
+        y.close()
+        o.close()
+        a.close()
+
+
+def test_a_closed_owned_stream_stays_a_user_when_the_legacy_stream_uses_the_memory(mod, rng):
+    # A closed stream's handle reads NULL, the legacy stream's too: a use on Stream.from_handle(0) took
+    # the closed stream's place (its final event no longer waited for) and recorded no event of its own,
+    # so the free waited for nothing. Now the closed stream stays and the legacy stream's work is waited
+    # for by an event recorded on it at the free.
+    scale = mod.function("scale")
+    n = 4096
+    for _ in range(2):
+        a, o = cd.Stream(), cd.Stream()
+        h = rng.standard_normal(n).astype(np.float32)
+        x = cd.Buffer.from_numpy(h, stream=a)
+        y = poisoned(n, stream=a)
+        a.synchronize()
+        scale.launch(16, 256, y, x, 2.0, n, stream=o)
+        o.close()
+        legacy = cd.Stream.from_handle(0)
+        scale.launch(16, 256, y, x, 0.5, n, stream=legacy)
+        users = x._user_streams()
+        assert any(u is o for u in users) and any(u is legacy for u in users)
+        legacy.synchronize()
+        got = y.to_numpy(stream=a)
+        np.testing.assert_allclose(got, 0.5 * h.astype(np.float64), rtol=1e-6, atol=1e-6)
+        x.close()
+        y.close()
+        a.close()
+
+
+def test_a_free_waits_for_a_kernel_on_the_legacy_stream_that_reads_the_memory(mod, rng):
+    # The legacy stream (handle 0, torch's default stream) records no last-use event of its own: a free
+    # after a use there waited for nothing, so memory handed out again on the allocation stream could be
+    # overwritten while the kernel still read it. The free records an event on it now.
+    slow = mod.function("spin_then_scale")
+    n = 4096
+    legacy = cd.Stream.from_handle(0)
+    for _ in range(2):
+        a = cd.Stream()
+        h = rng.standard_normal(n).astype(np.float32)
+        x = cd.Buffer.from_numpy(h, stream=a)
+        y = poisoned(n, stream=a)
+        a.synchronize()
+        slow.launch(16, 256, y, x, 0.5, n, spin_cycles(50), stream=legacy)    # reads x after 50 ms
+        x.close()                                  # the free: after that kernel
+        z = cd.Buffer.empty(n, np.float32, stream=a)
+        z.fill(np.float32(np.nan), stream=a)       # x's memory again, most likely: NaN over it
+        legacy.synchronize()
+        a.synchronize()
+        np.testing.assert_allclose(y.to_numpy(stream=a), 0.5 * h.astype(np.float64), rtol=1e-6, atol=1e-6)
+        z.close()
+        y.close()
+        a.close()
