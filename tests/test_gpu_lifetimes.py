@@ -467,6 +467,17 @@ def test_profiling_a_million_launches_keeps_memory_flat(mod):
 
 # --- the breaker's finds of 2026-12-02: a free must wait for every stream that used the memory -----
 
+def _input_on_its_stream(rng, n):
+    """A stream of its own, fresh random float32 input x (and its host copy h) and a poisoned output y,
+    both made on that stream and ready: (stream, h, x, y)."""
+    a = cd.Stream()
+    h = rng.standard_normal(n).astype(np.float32)
+    x = cd.Buffer.from_numpy(h, stream=a)
+    y = poisoned(n, stream=a)
+    a.synchronize()
+    return a, h, x, y
+
+
 def test_a_wrapper_of_an_owned_streams_handle_never_hides_that_stream_from_a_free(mod, rng):
     # A stream that comes back wrapped (Stream.from_handle(o.handle): through torch or CuPy, say) took the
     # owned stream's place among the allocation's users, and the owned stream's later uses, on the fast
@@ -474,11 +485,7 @@ def test_a_wrapper_of_an_owned_streams_handle_never_hides_that_stream_from_a_fre
     scale = mod.function("scale")
     n = 4096
     for _ in range(2):
-        a, o = cd.Stream(), cd.Stream()
-        h = rng.standard_normal(n).astype(np.float32)
-        x = cd.Buffer.from_numpy(h, stream=a)
-        y = poisoned(n, stream=a)
-        a.synchronize()
+        (a, h, x, y), o = _input_on_its_stream(rng, n), cd.Stream()
         scale.launch(16, 256, y, x, 2.0, n, stream=o)                 # x's users: o
         f = cd.Stream.from_handle(o.handle)
         scale.launch(16, 256, y, x, 3.0, n, stream=f)                 # the same stream, wrapped
@@ -500,11 +507,7 @@ def test_a_closed_owned_stream_stays_a_user_when_the_legacy_stream_uses_the_memo
     scale = mod.function("scale")
     n = 4096
     for _ in range(2):
-        a, o = cd.Stream(), cd.Stream()
-        h = rng.standard_normal(n).astype(np.float32)
-        x = cd.Buffer.from_numpy(h, stream=a)
-        y = poisoned(n, stream=a)
-        a.synchronize()
+        (a, h, x, y), o = _input_on_its_stream(rng, n), cd.Stream()
         scale.launch(16, 256, y, x, 2.0, n, stream=o)
         o.close()
         legacy = cd.Stream.from_handle(0)
@@ -527,11 +530,7 @@ def test_a_free_waits_for_a_kernel_on_the_legacy_stream_that_reads_the_memory(mo
     n = 4096
     legacy = cd.Stream.from_handle(0)
     for _ in range(2):
-        a = cd.Stream()
-        h = rng.standard_normal(n).astype(np.float32)
-        x = cd.Buffer.from_numpy(h, stream=a)
-        y = poisoned(n, stream=a)
-        a.synchronize()
+        a, h, x, y = _input_on_its_stream(rng, n)
         slow.launch(16, 256, y, x, 0.5, n, spin_cycles(50), stream=legacy)    # reads x after 50 ms
         x.close()                                  # the free: after that kernel
         z = cd.Buffer.empty(n, np.float32, stream=a)
