@@ -257,56 +257,6 @@ cdef inline int _probe(list lanes, _Lane lane, Py_ssize_t k) except -2:
         raise fault_error(pending_of(lanes), err, "checking which submissions completed") from err
 
 
-cdef Py_ssize_t _retire_lane(list lanes, _Lane lane, _EventPool events, bint tail_first, bint* activated) except -2:
-    """retire_fronts for one lane with work in flight: how many of its submissions were retired, or -1
-    while a capture on this thread forbids the query."""
-    cdef Py_ssize_t h = lane.head, n = len(lane.inflight), lo, hi, mid
-    cdef int r
-    if not activated[0] and type((<Submission>lane.inflight[h])._event) is Event:
-        (<Event>(<Submission>lane.inflight[h])._event).device.activate()
-        activated[0] = True
-    hi = n - 1
-    if tail_first:
-        r = _probe(lanes, lane, hi)         # the GPU keeping up: all of it done, one query
-        if r < 0:
-            return -1
-        if r:
-            lo = hi
-        else:
-            if hi == h:
-                return 0
-            r = _probe(lanes, lane, h)
-            if r < 0:
-                return -1
-            if not r:
-                return 0                    # the GPU is behind: nothing of this stream done
-            lo = h
-    else:
-        r = _probe(lanes, lane, h)          # the GPU behind: nothing done, one query
-        if r < 0:
-            return -1
-        if not r:
-            return 0
-        lo = h
-        if hi > h:
-            r = _probe(lanes, lane, hi)
-            if r < 0:
-                return -1
-            if r:
-                lo = hi
-    while hi - lo > 1:                      # lo done, hi not
-        mid = (lo + hi) >> 1
-        r = _probe(lanes, lane, mid)
-        if r < 0:
-            break
-        if r:
-            lo = mid
-        else:
-            hi = mid
-    retire_to(lane, <Submission>lane.inflight[lo], events)
-    return lo - h + 1
-
-
 cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=True) except -1:
     """Mark the submissions the GPU has finished, recycling their events into ``events``; returns how
     many. A lane's submissions complete in issue order: with ``tail_first`` (the GPU seen keeping up)
@@ -316,15 +266,57 @@ cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=Tru
     H200, about 0.3 us for one still pending: tools/probe_event_costs.py). Nothing while a capture
     forbids queries; a fault raises CudaError naming the kernel that most likely caused it."""
     cdef _Lane lane
-    cdef Py_ssize_t got, retired = 0
+    cdef Py_ssize_t h, n, lo, hi, mid, retired = 0
+    cdef int r
     cdef bint activated = False
     for lane in lanes:
-        if lane.head == len(lane.inflight):
+        h = lane.head
+        n = len(lane.inflight)
+        if h == n:
             continue
-        got = _retire_lane(lanes, lane, events, tail_first, &activated)
-        if got < 0:
-            return retired
-        retired += got
+        if not activated and type((<Submission>lane.inflight[h])._event) is Event:
+            (<Event>(<Submission>lane.inflight[h])._event).device.activate()
+            activated = True
+        hi = n - 1
+        if tail_first:
+            r = _probe(lanes, lane, hi)         # the GPU keeping up: all of it done, one query
+            if r < 0:
+                return retired
+            if r:
+                lo = hi
+            else:
+                if hi == h:
+                    continue
+                r = _probe(lanes, lane, h)
+                if r < 0:
+                    return retired
+                if not r:
+                    continue                    # the GPU is behind: nothing of this stream done
+                lo = h
+        else:
+            r = _probe(lanes, lane, h)          # the GPU behind: nothing done, one query
+            if r < 0:
+                return retired
+            if not r:
+                continue
+            lo = h
+            if hi > h:
+                r = _probe(lanes, lane, hi)
+                if r < 0:
+                    return retired
+                if r:
+                    lo = hi
+        while hi - lo > 1:                      # lo done, hi not
+            mid = (lo + hi) >> 1
+            r = _probe(lanes, lane, mid)
+            if r < 0:
+                break
+            if r:
+                lo = mid
+            else:
+                hi = mid
+        retired += lo - h + 1
+        retire_to(lane, <Submission>lane.inflight[lo], events)
     return retired
 
 
@@ -525,17 +517,14 @@ cdef int retire_every(list lanes, _EventPool events, RetireClock* clock) except 
     cdef _Lane lane
     cdef int asked = 0
     for lane in lanes:
-        if lane.head != len(lane.inflight):
+        if in_flight(lane):
             asked += 1
     if retire_fronts(lanes, events, clock.every == clock.base) > 0:    # the last check found work done: tail first
         clock.base = RETIRE_EVERY * max(min(asked, clock.pool), 1)
         clock.every = clock.base
         return 0
-    if clock.every < 16 * clock.base:
-        for lane in lanes:
-            if in_flight(lane):
-                clock.every = 2 * clock.every
-                break
+    if asked and clock.every < 16 * clock.base:     # nothing retired: the streams asked still have work
+        clock.every = 2 * clock.every
     return 0
 
 

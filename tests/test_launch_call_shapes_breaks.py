@@ -14,8 +14,8 @@ import pycudadrv as cd
 import pycudadrv._launch as _launch
 from pycudadrv._launch import Function
 
-from _children import run_child  # noqa: E402
-from _children import fresh_saxpy as _fresh  # noqa: E402
+from _children import run_child
+from _children import fresh_saxpy as _fresh
 
 
 def fresh_saxpy(tag):
