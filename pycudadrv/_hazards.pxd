@@ -139,12 +139,15 @@ ctypedef struct LaunchKeywords:
 cdef dict launch_keywords(LaunchKeywords* kw, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames)
 # Install `meth` (METH_FASTCALL | METH_KEYWORDS) as method `name` of `t`, with docstring `doc`.
 cdef int install_fastcall(type t, bytes name, void* meth, bytes doc) except -1
-# When a Queue next checks which submissions completed: `every` submissions after the last check (`base`
-# after a check that found work done: RETIRE_EVERY per stream it asked, up to `pool` streams).
+# When a Queue next checks which submissions completed: `every` submissions after the last check (`base`,
+# RETIRE_EVERY per stream asked up to `pool` streams, after a check that found work done and work running;
+# up to 4 times it while checks find all of it done, up to 16 times while they find none done); `found`:
+# the last check found work done (the next asks each stream's tail first).
 cdef struct RetireClock:
     int every
     int base
     int pool
+    bint found
 # The periodic check: retire what completed on every lane with work in flight, then set `clock`.
 cdef int retire_every(list lanes, _EventPool events, RetireClock* clock) except -1
 # Drop the lanes' references to their Submissions (a closing queue breaks that cycle).

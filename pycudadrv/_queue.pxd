@@ -41,7 +41,7 @@ cdef class QueueCore:
     cdef dict _alloc_streams       # id(stream) -> _AllocStream (allocation streams outside the pool)
     cdef DepList _deps             # lanes with a dependency of the submission being issued
     cdef int _countdown            # submissions until the next completion check
-    cdef RetireClock _clock        # its interval: 16 per stream asked, doubled (to 16 times) while checks find nothing done
+    cdef RetireClock _clock        # its interval: 16 per stream asked; doubled while checks find all done (to 4 times) or none (to 16 times)
     cdef object _memo_stream       # the last allocation stream looked up, and its _AllocStream (None: the pool's)
     cdef _AllocStream _memo_rec
 

@@ -80,6 +80,7 @@ cdef class QueueCore:
         self._alloc_streams = {}
         self._clock.every = self._clock.base = self._countdown = RETIRE_EVERY
         self._clock.pool = len(pool)
+        self._clock.found = True
         self._joined = []
         self._Stream = stream_type
         self._Event = event_type

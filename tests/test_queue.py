@@ -66,7 +66,8 @@ class FakeStream:
         if SIM.fault is not None:
             raise SIM.fault
         for ev in self.events:
-            ev.done = True
+            if ev.stream is self:       # a pooled event recorded on another stream since is that one's
+                ev.done = True
 
     def query(self):
         return not self.busy
@@ -458,9 +459,42 @@ def test_the_completion_check_asks_every_stream_then_comes_16_submissions_per_st
     assert (SIM.queries, q.stats()["in_flight"]) == (8, [0, 0, 0, 1])
 
 
+def test_while_every_check_finds_all_work_done_checks_come_less_often_down_to_a_quarter(fake):
+    # The GPU keeping up: a check that finds every stream's work done doubles the interval (the next
+    # would find the same), up to four times the base; one that finds work still running sets the base.
+    q = cd.Queue(streams=4, policy="round_robin")
+    bufs = buffers(8)
+    n = 0
+
+    def submit_until_a_check(limit=1000):
+        nonlocal n
+        before = SIM.queries
+        for k in range(1, limit + 1):
+            q.launch(FakeKernel(f"k{n}", "float* y"), 1, 32, bufs[n % 8])
+            n += 1
+            if SIM.queries != before:
+                return k
+            complete_all(q)
+        return None
+
+    assert submit_until_a_check() == 16
+    gaps = [submit_until_a_check() for _ in range(4)]
+    assert gaps == [64, 128, 256, 256]                # 4 streams asked: base 64, then doubled to 256
+    for k in range(255):                               # the next interval: three streams finish, one not
+        q.launch(FakeKernel(f"r{k}", "float* y"), 1, 32, bufs[k % 8])
+    for st in q.streams[:3]:
+        st.synchronize()
+    before = SIM.queries
+    q.launch(FakeKernel("r255", "float* y"), 1, 32, bufs[0])             # the 256th: a check
+    assert SIM.queries > before
+    assert q.stats()["in_flight"][:3] == [0, 0, 0] and q.stats()["in_flight"][3] > 0
+    assert submit_until_a_check() == 64                # work found running: the base again
+
+
 def test_work_on_streams_given_with_stream_is_seen_complete_while_the_pool_sets_the_pace(fake):
     # Each stream given with stream= is a lane of its own; a check asks them all, and the interval
-    # counts the pool's streams only: work on a new stream per submission never piles up.
+    # counts the pool's streams only: work on a new stream per submission never piles up beyond the
+    # longest interval of checks that find all work done (4 times 16 per pool stream).
     q = cd.Queue(streams=2)
     bufs = buffers(4)
     worst = 0
@@ -469,7 +503,7 @@ def test_work_on_streams_given_with_stream_is_seen_complete_while_the_pool_sets_
         q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k % 4], stream=s)
         s.synchronize()                                                # its work completes at once
         worst = max(worst, len(q._pending()))                           # every lane, the pool and beyond
-    assert worst <= 2 * 16 + 1
+    assert worst <= 4 * 2 * 16 + 1
 
 
 def test_independent_chains_spread_over_the_streams_without_waits_across_completion_checks(fake):
@@ -506,11 +540,13 @@ def test_while_nothing_completes_the_completion_check_comes_less_often(fake):
         q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
     assert SIM.queries <= 5                           # one per 16 submissions would be 16
     complete_all(q)
-    q._retire_now()                                   # finds them done: every 16 submissions again
+    q._retire_now()                                   # finds them all done: every 64 submissions (4 x 16)
     assert q.stats()["in_flight"] == [0]
     SIM.queries = 0
-    for k in range(16):
+    for k in range(63):
         q.launch(FakeKernel(f"j{k}", "float* y"), 1, 32, bufs[k])
+    assert SIM.queries == 0
+    q.launch(FakeKernel("j63", "float* y"), 1, 32, bufs[63])
     assert SIM.queries == 2                           # the tail (the last check found work done), the front
 
 
