@@ -9,8 +9,8 @@ at a time, against the bench's hand-placed floor (fresh events per step), interl
   completion check asks);
 * by hand with its events drawn from one pool as the Queue's is, every 64 kernels each stream's last
   event asked and, when done, that stream's events back in the pool in recording order; the pool
-  hands out the newest first (last in, first out: the Queue before 2026-12-02's change) or the
-  oldest first (first in, first out);
+  hands out the newest first (last in, first out, as the Queue's pool does) or the oldest first
+  (first in, first out);
 * the Queue itself: ``q.launch`` and ``q.submit(prepared)``.
 
 Prints each row's median us per kernel and its ratio to the floor."""
