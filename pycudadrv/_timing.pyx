@@ -174,7 +174,11 @@ cdef class TimestampsBase:
             raise StateError("Timestamps: a pass was left that is not open (its __exit__ called twice, or "
                              "without __enter__); nothing was recorded")
         ev = self._event()
-        self._record(ev, False)
+        try:
+            self._record(ev, False)
+        except BaseException:
+            self._drop_innermost(ev)
+            raise
         self._depth -= 1
         cdef list entry = <list>self._open_stack[self._depth]
         _set(entry, 2, ev)
@@ -183,6 +187,25 @@ cdef class TimestampsBase:
         if nv and nv[len(nv) - 1] is entry:
             nv.pop()
             nvtx.pop()
+        return 0
+
+    cdef int _drop_innermost(self, object ev) except -1:
+        """The end record of the innermost open pass failed (its stream closed inside the block, say):
+        close it without a result -- drop it from the passes, its start event and the unrecorded ``ev``
+        back in the pool -- so that read() and reset() do not refuse forever."""
+        cdef list entry, passes = self._passes
+        cdef Py_ssize_t k
+        self._depth -= 1
+        entry = <list>self._open_stack[self._depth]
+        for k in range(len(passes) - 1, -1, -1):
+            if passes[k] is entry:
+                del passes[k]
+                break
+        cdef list nv = self._nvtx_open
+        if nv and nv[len(nv) - 1] is entry:
+            nv.pop()
+            nvtx.pop()
+        self._pool_n = _put(self._pool, self._pool_n, [ev, entry[1]])
         return 0
 
     def measure(self, label):

@@ -482,8 +482,8 @@ def test_while_every_check_finds_all_work_done_checks_come_less_often_down_to_a_
     assert gaps == [64, 128, 256, 256]                # 4 streams asked: base 64, then doubled to 256
     for k in range(255):                               # the next interval: three streams finish, one not
         q.launch(FakeKernel(f"r{k}", "float* y"), 1, 32, bufs[k % 8])
-    for st in q.streams[:3]:
-        st.synchronize()
+    for pool_stream in q.streams[:3]:
+        pool_stream.synchronize()
     before = SIM.queries
     q.launch(FakeKernel("r255", "float* y"), 1, 32, bufs[0])             # the 256th: a check
     assert SIM.queries > before

@@ -27,6 +27,8 @@ class TickEvent:
         self.tick = None
 
     def record(self, stream):
+        if getattr(stream, "closed", False):
+            raise cd.ClosedError("stream is closed")     # as Event.record on a closed Stream
         CLOCK.recorded += 1
         self.tick = CLOCK.recorded
         return self
@@ -229,6 +231,29 @@ def test_a_pass_that_raises_still_records_its_end(ts):
             raise KeyError("x")
     gpu_catches_up()
     assert ts.try_take() == [("boom", 1.0)]
+
+
+def test_a_pass_whose_end_cannot_be_recorded_is_closed_without_a_result(ts):
+    # Its stream closed inside the block: the end record raises, and the pass must not stay open
+    # (read() and reset() refused forever, every later pass nested in a dead one).
+    with ts.measure("kept"):
+        pass
+    with pytest.raises(cd.ClosedError):
+        with ts.measure("outer"):
+            with ts.measure("lost"):
+                ts.stream.closed = True
+    assert ts._open == []
+    ts.stream.closed = False
+    with ts.measure("after"):
+        pass
+    gpu_catches_up()
+    assert [label for label, _ in ts.read()] == ["kept", "after"]
+    made = CLOCK.created
+    for _ in range(4):                          # 8 events: every one made so far (the dropped passes'
+        with ts.measure("x"):                   # too, back in the pool) and 3 new
+            pass
+    assert CLOCK.created == made + 3 == 8
+    ts.reset()
 
 
 def test_reset_drops_everything_and_events_are_reused(ts):
@@ -480,3 +505,21 @@ def test_a_pass_enter_and_exit_are_made_once_and_refuse_wrong_arguments(ts):
     assert p.__exit__(None, None, None) is False and ts._open == []
     gpu_catches_up()
     assert ts.read() == [("a", 1.0)]
+
+
+@pytest.mark.gpu
+def test_gpu_a_pass_whose_stream_is_closed_inside_it_is_dropped_and_the_next_pass_times(spin):
+    s = cd.Stream()
+    flag = cd.Buffer.zeros(1, np.int32, stream=s)
+    ts = cd.Timestamps(s)
+    with pytest.raises(cd.ClosedError):
+        with ts.measure("closed"):
+            s.synchronize()
+            s.close()
+    assert ts._open == [] and ts.read() == []
+    other = cd.Stream()
+    ts.stream = other
+    with ts.measure("spin"):
+        spin.launch(1, 1, 5 * MS, flag, stream=other)
+    (label, ms), = ts.read()
+    assert label == "spin" and 4.5 < ms < 500
