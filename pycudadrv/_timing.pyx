@@ -214,7 +214,9 @@ cdef class TimestampsBase:
         passes are allowed; results come back in order of their start. With
         NVTX on (:mod:`pycudadrv.nvtx`) the pass is also an NVTX range named ``label``.
         Leaving a pass that is not open (``__exit__`` twice, or without
-        ``__enter__``) raises StateError and records nothing."""
+        ``__enter__``) raises StateError and records nothing. A pass whose
+        end cannot be recorded (its stream closed inside the block:
+        ClosedError) is dropped without a result and the error propagates."""
         if label is self._last_label and self._last_pass is not None:
             return self._last_pass
         try:
