@@ -517,12 +517,15 @@ cdef int retire_every(list lanes, _EventPool events, RetireClock* clock) except 
     again, and each query that finds its event done costs 1.36 us on the H200 (2.9 us on a slower host of
     the same card: one query per 16 submissions was 3.5% of hand-placed events there,
     tools/probe_queue_events.py). One that found nothing done (the GPU far behind) doubles it too, up to
-    16 times the base."""
+    16 times the base. One with nothing in flight (right after a synchronize) asks nothing and changes
+    nothing."""
     cdef _Lane lane
     cdef int asked = 0, base, every = clock.every
     for lane in lanes:
         if in_flight(lane):
             asked += 1
+    if asked == 0:          # nothing in flight (right after a synchronize): nothing learnt, nothing changes
+        return 0
     clock.found = retire_fronts(lanes, events, clock.found) > 0     # the last check found work done: tail first
     if clock.found:
         base = RETIRE_EVERY * max(min(asked, clock.pool), 1)
@@ -533,7 +536,7 @@ cdef int retire_every(list lanes, _EventPool events, RetireClock* clock) except 
                 return 0
         clock.every = max(base, min(2 * every, 4 * base))
         return 0
-    if asked and every < 16 * clock.base:     # nothing retired: the streams asked still have work
+    if every < 16 * clock.base:     # nothing retired: the streams asked still have work
         clock.every = 2 * every
     return 0
 

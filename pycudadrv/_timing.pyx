@@ -173,8 +173,9 @@ cdef class TimestampsBase:
         if self._depth <= 0:         # an __exit__ twice, or without __enter__: no open pass to close
             raise StateError("Timestamps: a pass was left that is not open (its __exit__ called twice, or "
                              "without __enter__); nothing was recorded")
-        ev = self._event()
+        ev = None
         try:
+            ev = self._event()          # a new one can fail too (cuEventCreate after a fault)
             self._record(ev, False)
         except BaseException:
             self._drop_innermost(ev)
@@ -192,7 +193,7 @@ cdef class TimestampsBase:
     cdef int _drop_innermost(self, object ev) except -1:
         """The end record of the innermost open pass failed (its stream closed inside the block, say):
         close it without a result -- drop it from the passes, its start event and the unrecorded ``ev``
-        back in the pool -- so that read() and reset() do not refuse forever."""
+        (None: none could be made) back in the pool -- so that read() and reset() do not refuse forever."""
         cdef list entry, passes = self._passes
         cdef Py_ssize_t k
         self._depth -= 1
@@ -205,7 +206,7 @@ cdef class TimestampsBase:
         if nv and nv[len(nv) - 1] is entry:
             nv.pop()
             nvtx.pop()
-        self._pool_n = _put(self._pool, self._pool_n, [ev, entry[1]])
+        self._pool_n = _put(self._pool, self._pool_n, [entry[1]] if ev is None else [ev, entry[1]])
         return 0
 
     def measure(self, label):

@@ -491,6 +491,22 @@ def test_while_every_check_finds_all_work_done_checks_come_less_often_down_to_a_
     assert submit_until_a_check() == 64                # work found running: the base again
 
 
+def test_a_check_with_nothing_in_flight_changes_nothing_and_the_next_asks_each_tail_once(fake):
+    # Right after a synchronize nothing is in flight: a check then learns nothing, and must not turn the
+    # next check (the GPU keeping up) into front-then-tail, two queries per stream (a breaker's find).
+    q = cd.Queue(streams=2, policy="round_robin")
+    bufs = buffers(32)
+    for k in range(4):
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
+    q.synchronize()
+    q._retire_now()
+    SIM.queries = 0
+    for k in range(16):
+        q.launch(FakeKernel(f"j{k}", "float* y"), 1, 32, bufs[4 + k])
+        complete_all(q)
+    assert SIM.queries == 2                           # the 16th: each stream's tail, all done
+
+
 def test_work_on_streams_given_with_stream_is_seen_complete_while_the_pool_sets_the_pace(fake):
     # Each stream given with stream= is a lane of its own; a check asks them all, and the interval
     # counts the pool's streams only: work on a new stream per submission never piles up beyond the

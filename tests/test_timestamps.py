@@ -256,6 +256,22 @@ def test_a_pass_whose_end_cannot_be_recorded_is_closed_without_a_result(ts):
     ts.reset()
 
 
+def test_a_pass_whose_end_event_cannot_be_made_is_closed_without_a_result(ts, monkeypatch):
+    # The pool empty and cuEventCreate failing (after a fault, out of memory): the pass is dropped
+    # like one whose end record fails, instead of staying open.
+    def refuse(*a, **k):
+        raise MemoryError("cuEventCreate: out of memory")
+    with pytest.raises(MemoryError):
+        with ts.measure("outer"):
+            monkeypatch.setattr(tsmod, "Event", refuse)
+    assert ts._open == []
+    monkeypatch.setattr(tsmod, "Event", TickEvent)
+    with ts.measure("after"):
+        pass
+    gpu_catches_up()
+    assert [label for label, _ in ts.read()] == ["after"]
+
+
 def test_reset_drops_everything_and_events_are_reused(ts):
     for _ in range(3):
         with ts.measure("a"):
