@@ -180,32 +180,33 @@ cdef class TimestampsBase:
         except BaseException:
             self._drop_innermost(ev)
             raise
-        self._depth -= 1
-        cdef list entry = <list>self._open_stack[self._depth]
+        cdef list entry = self._close_innermost()
         _set(entry, 2, ev)
         self._last_end = ev
+        return 0
+
+    cdef inline list _close_innermost(self):
+        """Take the innermost open pass off the open stack (and its NVTX range, if it pushed one);
+        returns its entry."""
+        self._depth -= 1
+        cdef list entry = <list>self._open_stack[self._depth]
         cdef list nv = self._nvtx_open
         if nv and nv[len(nv) - 1] is entry:
             nv.pop()
             nvtx.pop()
-        return 0
+        return entry
 
     cdef int _drop_innermost(self, object ev) except -1:
         """The end record of the innermost open pass failed (its stream closed inside the block, say):
         close it without a result -- drop it from the passes, its start event and the unrecorded ``ev``
         (None: none could be made) back in the pool -- so that read() and reset() do not refuse forever."""
-        cdef list entry, passes = self._passes
+        cdef list passes = self._passes
         cdef Py_ssize_t k
-        self._depth -= 1
-        entry = <list>self._open_stack[self._depth]
+        cdef list entry = self._close_innermost()
         for k in range(len(passes) - 1, -1, -1):
             if passes[k] is entry:
                 del passes[k]
                 break
-        cdef list nv = self._nvtx_open
-        if nv and nv[len(nv) - 1] is entry:
-            nv.pop()
-            nvtx.pop()
         self._pool_n = _put(self._pool, self._pool_n, [entry[1]] if ev is None else [ev, entry[1]])
         return 0
 
