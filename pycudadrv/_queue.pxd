@@ -17,6 +17,8 @@ cdef class QueueCore:
     cdef bint _round_robin
     cdef int _rr
     cdef dict _foreign             # stream handle -> _Lane
+    cdef list _free_index          # lane indices of dropped lanes of streams given with stream=, for reuse
+    cdef int _next_index           # the next lane index never used
     cdef set _pool_ids             # id() of the pool streams
     cdef _EventPool _events         # recycled events (timing=False)
     cdef long long _seq
@@ -58,6 +60,7 @@ cdef class QueueCore:
     cdef _Lane _lane_of(self, object stream)
     cdef _Lane _choose(self, Submission first)
     cdef int _retire(self) except -1
+    cdef int _drop_idle_lanes(self) except -1
     cdef Submission _issue(self, int kind, object name, object stream, object target, PyObject** args,
                            Py_ssize_t nargs, object grid, object block, dict kw, tuple keep, bint timed)
     cdef Submission _submit_kernel(self, int kind, object fn, str name, PyObject** args, Py_ssize_t nargs,

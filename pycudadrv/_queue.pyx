@@ -37,6 +37,9 @@ from pycudadrv._ranges import span as _span
 
 __all__ = ["QueueCore", "ASYNC_ERROR_CODES"]
 
+cdef enum:
+    FOREIGN_KEPT = 16   # lanes of streams given with stream= kept while idle (more: idle ones let go)
+
 # Sticky errors of a kernel that already ran: the next driver call reports them, whatever it is.
 ASYNC_ERROR_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
 _SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview, type(None), str)
@@ -73,6 +76,8 @@ cdef class QueueCore:
         self._pool = len(pool)
         self._round_robin = round_robin
         self._foreign = {}
+        self._free_index = []
+        self._next_index = len(pool)
         self._pool_ids = {id(s) for s in pool}
         self._events = _EventPool()
         self._layouts = {}
@@ -331,7 +336,11 @@ cdef class QueueCore:
         if lane is None or lane.stream is not stream:
             if stream_closed(stream):
                 raise ClosedError(f"stream= {stream!r} is closed")
-            lane = new_lane(len(self._lanes), stream, False)
+            if self._free_index:
+                lane = new_lane(self._free_index.pop(), stream, False)
+            else:
+                lane = new_lane(self._next_index, stream, False)
+                self._next_index += 1
             self._lanes.append(lane)
             self._foreign[handle] = lane
         return lane
@@ -370,6 +379,40 @@ cdef class QueueCore:
         """Mark the submissions the GPU has finished (``cuEventQuery``); see retire_every."""
         retire_every(self._lanes, self._events, &self._clock)
         self._countdown = self._clock.every
+        if len(self._lanes) > self._pool and self._m == 0:
+            self._drop_idle_lanes()
+        return 0
+
+    cdef int _drop_idle_lanes(self) except -1:
+        """Let go of the lanes of streams given with ``stream=`` that have nothing in flight: every such
+        lane once more than FOREIGN_KEPT are kept, else those whose stream is closed. A lane holds its
+        Stream and a table per producer lane; kept for the queue's life, a new Stream per submission grew
+        memory with the square of the streams (1.6 GB at 20,000) and kept every Stream from being
+        destroyed. A stream given again later gets a lane afresh (at worst a wait more). A dropped lane's
+        index is reused, and what the tables keyed by lane index say of the old lane stays true for the
+        new one: what other lanes waited for of it (``seen``) is below every seq the new lane will issue,
+        so it hides no wait; what it waited for of an allocation stream (``_AllocStream.upto``) completed
+        before its last submission did, which a lane with nothing in flight was seen to do."""
+        cdef _Lane lane
+        cdef Py_ssize_t k, n = len(self._lanes)
+        cdef bint crowded = n - self._pool > FOREIGN_KEPT
+        cdef list kept = None
+        cdef set gone = None
+        for k in range(self._pool, n):
+            lane = <_Lane>self._lanes[k]
+            if in_flight(lane) == 0 and (crowded or stream_closed(lane.stream)):
+                if kept is None:
+                    kept = self._lanes[:k]
+                    gone = set()
+                gone.add(lane)
+                let_go([lane])          # (its Submissions reference it: the cycle through tail0)
+                self._free_index.append(lane.index)
+            elif kept is not None:
+                kept.append(lane)
+        if kept is None:
+            return 0
+        self._lanes[:] = kept           # in place: each Submission's fault report reads this list
+        self._foreign = {h: l for h, l in self._foreign.items() if l not in gone}
         return 0
 
     def _retire_now(self):
@@ -586,6 +629,10 @@ cdef class QueueCore:
             lane.tail0 = None
             forget_seen(lane, 0)
         self._t0.reset()
+
+    def _lanes_kept(self):
+        """How many streams the queue keeps a lane for: the pool's and those given with stream= kept."""
+        return len(self._lanes)
 
     def _pending(self):
         """The submissions not seen complete, in issue order."""

@@ -522,6 +522,65 @@ def test_work_on_streams_given_with_stream_is_seen_complete_while_the_pool_sets_
     assert worst <= 4 * 2 * 16 + 1
 
 
+def test_a_new_stream_per_submission_keeps_neither_lanes_nor_streams(fake):
+    # A lane per stream given with stream=, kept for the queue's life, held every Stream and a table per
+    # producer lane: memory grew with the square of the streams (1.6 GB at 20,000) and no Stream went.
+    # Idle lanes beyond 16 are let go at the completion check, and their Streams with them.
+    import gc
+    import weakref
+    q = cd.Queue(streams=2)
+    bufs = buffers(4)
+    refs = []
+    for k in range(2000):
+        s = FakeStream()
+        refs.append(weakref.ref(s))
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k % 4], stream=s)
+        s.synchronize()
+        del s
+    q.synchronize()
+    gc.collect()
+    assert q._lanes_kept() <= 2 + 4 * 2 * 16 + 16 + 1
+    assert sum(r() is not None for r in refs) <= 4 * 2 * 16 + 16 + 1 + 4     # (the tracker's last writers)
+
+
+def test_a_closed_stream_given_with_stream_is_let_go_once_its_work_is_seen_done(fake):
+    q = cd.Queue(streams=1)
+    bufs = buffers(4)
+    s = FakeStream()
+    q.launch(FakeKernel("on_s", "float* y"), 1, 32, bufs[0], stream=s)
+    assert q._lanes_kept() == 2
+    s.synchronize()
+    s.close()
+    for k in range(64):                     # completion checks come (the GPU keeping up)
+        q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[1 + k % 3])
+        complete_all(q)
+    assert q._lanes_kept() == 1
+
+
+def test_a_stream_given_in_a_let_go_lanes_place_is_still_waited_for(fake):
+    # Lane indices are reused: what the pool stream waited for of the old lane must not stand for the new.
+    q = cd.Queue(streams=1)
+    x, y = buffers(2)
+    olds = []
+    for k in range(20):                     # 20 streams given with stream=, each writing x, the pool reading it
+        s = FakeStream()
+        olds.append(s)
+        q.launch(FakeKernel(f"w{k}", "float* x"), 1, 32, x, stream=s)
+        q.launch(FakeKernel(f"r{k}", "float* y, const float* x"), 1, 32, y, x)
+        s.synchronize()
+        complete_all(q)
+    del olds
+    for k in range(40):
+        q.launch(FakeKernel(f"p{k}", "float* y"), 1, 32, y)
+        complete_all(q)
+    assert q._lanes_kept() <= 1 + 16
+    SIM.log.clear()
+    s = FakeStream()                        # a lane afresh, maybe at an old index; its write not done
+    q.launch(FakeKernel("w_new", "float* x"), 1, 32, x, stream=s)
+    q.launch(FakeKernel("r_new", "float* y, const float* x"), 1, 32, y, x)
+    assert ("wait", q.streams[0].id, "w_new") in SIM.log
+
+
 def test_independent_chains_spread_over_the_streams_without_waits_across_completion_checks(fake):
     # Eight buffers, each rewritten every eighth submission, the GPU keeping up: every check sees every
     # stream's work done, so the least loaded choice spreads the chains evenly and no chain waits on
@@ -793,6 +852,47 @@ def test_synchronize_after_a_stream_given_with_stream_was_closed(mod, rng):
         got = q.read(y)
         q.close()
         np.testing.assert_allclose(got, 2.0 * h.astype(np.float64) + 1.0, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_a_new_stream_per_step_keeps_the_values_and_lets_the_streams_go(mod, rng):
+    # Each step on a Stream of its own, given with stream= and dropped by the caller: the queue let go of
+    # idle lanes (and so of the Streams) beyond 16, reusing their indices; the chain's values stay those of
+    # the same steps run in order, and memory uploaded on another stream is waited for by each new lane.
+    import gc
+    import weakref
+    aff = mod.function("affine")
+    n = 1024
+    for _ in range(2):
+        h = rng.standard_normal(n).astype(np.float32)
+        side = cd.Stream()
+        hc = rng.standard_normal(n).astype(np.float32)
+        c = cd.Buffer.from_numpy(hc, stream=side)                                 # uploaded on `side`
+        q = cd.Queue(streams=2)
+        x = q.from_numpy(h)
+        y = q.from_numpy(np.full(n, np.nan, np.float32))
+        ref = h.astype(np.float64)
+        refs = []
+        for k in range(300):
+            s = cd.Stream()
+            refs.append(weakref.ref(s))
+            if k % 2 == 0:
+                q.launch(aff, grid_of(n), 256, y, x, 0.5, 1.0, n, stream=s)      # y = 0.5 x + 1
+            else:
+                q.launch(aff, grid_of(n), 256, x, y, 0.5, 1.0, n, stream=s)      # x = 0.5 y + 1
+            ref = 0.5 * ref + 1.0
+            if k % 50 == 0:
+                q.launch(aff, grid_of(n), 256, c, c, 2.0, 0.0, n)                 # c *= 2: memory made on `side`
+            del s
+        q.synchronize()
+        got, got_c = q.read(x), q.read(c)
+        assert q._lanes_kept() <= 2 + 4 * 2 * 16 + 16 + 1
+        gc.collect()
+        assert sum(r() is not None for r in refs) <= 4 * 2 * 16 + 16 + 1 + 4
+        q.close()
+        side.close()
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got_c, hc * np.float32(2.0 ** 6))         # six doublings, exact
 
 
 @pytest.mark.gpu
