@@ -77,6 +77,7 @@ cdef class TimestampsBase:
     cdef public list _requested      # closed entries whose results were asked for
     cdef public object _req_end      # the last end event among them (one stream: it finishes last)
     cdef public object _last_end
+    cdef public bint _mixed          # the stream was changed while passes were recorded: they end on several
     cdef list _pool                  # recorded-and-read events, reused: the first _pool_n items
     cdef Py_ssize_t _pool_n
     cdef public dict _labels         # label -> Pass
@@ -101,11 +102,14 @@ cdef class TimestampsBase:
 
     @property
     def stream(self):
-        """The stream the passes are timed on."""
+        """The stream the passes are timed on. Changing it between passes is allowed: results asked for
+        then wait for the end of every pass on either stream (``cuEventQuery`` of each)."""
         return self._stream
 
     @stream.setter
     def stream(self, value):
+        if self._passes or self._requested:
+            self._mixed = True      # the last end recorded no longer finishes last
         self._stream = value
         self._cstream = <Stream>value if type(value) is Stream else None
         # a real handle (not NULL, CU_STREAM_LEGACY 1, CU_STREAM_PER_THREAD 2) names its context

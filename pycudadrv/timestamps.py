@@ -83,14 +83,21 @@ class Timestamps(TimestampsBase):
 
     def _ready(self) -> bool:
         end = self._req_end
-        return end is None or end.query()
+        if end is None:
+            return True
+        if self._mixed:     # passes on more than one stream (the stream was changed): each end asked
+            return all(e[2].query() for e in self._requested)
+        return end.query()
 
     def _take(self) -> list[tuple[str, float]]:
-        req, self._requested = self._requested, []
-        self._req_end = None
+        req = self._requested
         starts = [e[1] for e in req]
         ends = [e[2] for e in req]
-        out = list(zip([e[0] for e in req], Event.elapsed_ms_pairs(starts, ends)))
+        out = list(zip([e[0] for e in req], Event.elapsed_ms_pairs(starts, ends)))   # (raising: nothing lost)
+        self._requested = []
+        self._req_end = None
+        if not self._passes:
+            self._mixed = False
         # Back in the pool so that it hands them out again in the order they were recorded (it pops
         # the last one put back first): the driver records a run of events fastest in that order.
         back = [ev for e in req for ev in (e[1], e[2])]
@@ -137,6 +144,8 @@ class Timestamps(TimestampsBase):
         if not self._requested:
             return []
         if blocking:
+            for e in (self._requested if self._mixed else ()):
+                e[2].synchronize()
             if self._req_end is not None:
                 self._req_end.synchronize()
         elif not self._ready():
@@ -163,6 +172,7 @@ class Timestamps(TimestampsBase):
         self._passes = []
         self._requested = []
         self._req_end = None
+        self._mixed = False
 
     def __repr__(self) -> str:
         return (f"<Timestamps on {self.stream!r}, {len(self._open)} open, "

@@ -210,6 +210,65 @@ def test_read_blocking_false_raises_not_ready_and_keeps_the_request(ts):
     assert ts.try_take() == [("a", 1.0)]
 
 
+class StreamEvent:
+    """An event on a pretend stream of its own: done once that stream's work up to it is (``done``)."""
+
+    def __init__(self, timing=True, device=None):
+        self.stream = self.t = None
+
+    def record(self, stream):
+        stream.n += 1
+        self.stream, self.t = stream, stream.n
+        return self
+
+    def query(self):
+        return self.t <= self.stream.done
+
+    def synchronize(self):
+        self.stream.done = max(self.stream.done, self.t)
+
+    @staticmethod
+    def elapsed_ms_pairs(starts, ends):
+        for e in ends:
+            if not e.query():
+                raise cd.NotReadyError("cuEventElapsedTime: CUDA_ERROR_NOT_READY")
+        return [float(b.t - a.t) for a, b in zip(starts, ends)]
+
+
+class TickStream:
+    device = None
+
+    def __init__(self):
+        self.n = self.done = 0
+
+
+def test_passes_on_a_stream_changed_between_them_wait_for_both_and_nothing_is_lost(monkeypatch):
+    # The breaker's find: after ts.stream = other, the last end recorded (on the new stream) was taken to
+    # finish last; try_take() then raised NotReadyError from the old stream's pass and dropped the results.
+    monkeypatch.setattr(tsmod, "Event", StreamEvent)
+    s1, s2 = TickStream(), TickStream()
+    ts = cd.Timestamps(s1)
+    for _ in range(2):
+        with ts.measure("slow"):
+            s1.n += 5
+        ts.stream = s2
+        with ts.measure("fast"):
+            pass
+        s2.done = s2.n                      # the new stream finished, the old one not
+        assert ts.try_take() is None
+        with pytest.raises(cd.NotReadyError):
+            ts.read(blocking=False)
+        s1.done = s1.n
+        assert ts.try_take() == [("slow", 6.0), ("fast", 1.0)]
+        with ts.measure("a"):
+            pass
+        ts.stream = s1
+        with ts.measure("b"):
+            pass
+        assert ts.read() == [("a", 1.0), ("b", 1.0)] and ts.is_idle      # blocking: waits for both
+        assert not ts._mixed
+
+
 def test_read_waits_for_the_gpu_by_default(ts):
     with ts.measure("a"):
         pass
@@ -539,3 +598,25 @@ def test_gpu_a_pass_whose_stream_is_closed_inside_it_is_dropped_and_the_next_pas
         spin.launch(1, 1, 5 * MS, flag, stream=other)
     (label, ms), = ts.read()
     assert label == "spin" and 4.5 < ms < 500
+
+
+@pytest.mark.gpu
+def test_gpu_passes_on_a_stream_changed_between_them_wait_for_the_slower_stream(spin):
+    # A 100 ms pass on one stream, then a short one on another (ts.stream changed between them): the
+    # results wait for both (the short one finishing first made try_take raise and lose them).
+    a, b = cd.Stream(), cd.Stream()
+    flag = cd.Buffer.zeros(2, np.int32, stream=a)
+    a.synchronize()
+    for _ in range(2):
+        ts = cd.Timestamps(a)
+        with ts.measure("long"):
+            spin.launch(1, 1, 100 * MS, flag[0:1], stream=a)
+        ts.stream = b
+        with ts.measure("short"):
+            spin.launch(1, 1, 1 * MS, flag[1:2], stream=b)
+        b.synchronize()
+        assert ts.try_take() is None
+        a.synchronize()
+        got = dict(ts.try_take())
+        assert list(got) == ["long", "short"] and 95 < got["long"] < 5000 and 0.9 < got["short"] < 500
+        assert ts.is_idle
