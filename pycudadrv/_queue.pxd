@@ -40,6 +40,7 @@ cdef class QueueCore:
     cdef list _fresh               # _AllocStreams the submission uses memory of ([:_nfresh])
     cdef Py_ssize_t _nfresh
     cdef int _building             # > 0 while a submission is being built (_begin refuses another)
+    cdef unsigned long _builder    # the thread whose _begin started the access list being built
     cdef dict _alloc_streams       # id(stream) -> _AllocStream (allocation streams outside the pool)
     cdef DepList _deps             # lanes with a dependency of the submission being issued
     cdef int _countdown            # submissions until the next completion check

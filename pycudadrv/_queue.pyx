@@ -13,6 +13,7 @@ cimport cython
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport realloc, free
 from cpython.object cimport PyObject
+from cpython.pythread cimport PyThread_get_thread_ident
 from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
 from pycudadrv._launch cimport Function, PreparedLaunch, vec_tuple, flag_arg
@@ -149,6 +150,7 @@ cdef class QueueCore:
                              "(from an argument's __cuda_array_interface__/__dlpack__, a launch hook, or another "
                              "thread meanwhile); a Queue takes one at a time: submit after that call returns, or "
                              "give each thread a Queue of its own")
+        self._builder = PyThread_get_thread_ident()
         self._nacc = 0
         for k in range(self._nfresh):
             self._fresh[k] = None
@@ -550,6 +552,12 @@ cdef class QueueCore:
         ``keep`` is what a graph capturing it must keep alive; ``timed`` as the caller's user gave it."""
         cdef bint is_timed = flag_arg(timed, "timed", f"Queue: {label}")
         self._check("submit")
+        if self._builder != PyThread_get_thread_ident():
+            # Another thread started a submission after this one's _access_of: it reset the access list,
+            # and issuing now would order this work by the other's accesses (lost waits).
+            raise StateError(f"Queue: {label}: another thread submitted to this Queue while this submission was "
+                             "being built; a Queue takes one thread's submissions: give each thread a Queue of "
+                             "its own")
         self._building += 1
         try:
             return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, NULL, 0, None, None, None,

@@ -139,13 +139,15 @@ class Queue(QueueCore):
         for buf, w in items:
             self._note_buffer(buf, w, name)
 
-    def copy(self, src, dst, nbytes=None, *, src_offset: int = 0, dst_offset: int = 0, stream=None) -> Submission:
+    def copy(self, src, dst, nbytes=None, *, src_offset: int = 0, dst_offset: int = 0, stream=None,
+             timed: bool = False) -> Submission:
         """Copy ``nbytes`` (default: the rest of ``src``) between Buffers
         (``cuMemcpyDtoDAsync``; peer copies across devices), or a host array
         into a Buffer (``cuMemcpyHtoDAsync``; the whole array). For device to
-        host use :meth:`read`. Raises ArgumentValueError for a range outside
-        either buffer (before any driver call), and as ``Buffer.copy_to`` /
-        ``Buffer.write``."""
+        host use :meth:`read`. ``timed=True`` records timing events around
+        it: ``sub.elapsed_ms()`` is the copy's GPU time in milliseconds.
+        Raises ArgumentValueError for a range outside either buffer (before
+        any driver call), and as ``Buffer.copy_to`` / ``Buffer.write``."""
         # The checks of Buffer.copy_to / Buffer.write, here before the hazard ranges are computed from them.
         src_offset = _byte_arg(src_offset, "src_offset", "Queue.copy")
         dst_offset = _byte_arg(dst_offset, "dst_offset", "Queue.copy")
@@ -166,7 +168,7 @@ class Queue(QueueCore):
             ptr = dst.ptr
             self._access_of([((ptr + dst_offset, ptr + dst_offset + n), True)] if n else [], [dst])
             return self._issue_call(f"upload of {n} bytes", stream, lambda s: dst.write(src, dst_offset, stream=s),
-                                    (src, dst))
+                                    (src, dst), False, timed)
         self._buffers("Queue.copy", (src, False), (dst, True))
         n = (src.nbytes - src_offset) if nbytes is None else int(nbytes)
         if min(src_offset, dst_offset, n) < 0 or src_offset + n > src.nbytes or dst_offset + n > dst.nbytes:
@@ -177,13 +179,15 @@ class Queue(QueueCore):
                   ((dst.ptr + dst_offset, dst.ptr + dst_offset + n), True)] if n else []
         self._access_of(access, [src, dst])
         return self._issue_call(f"copy of {n} bytes", stream,
-                                lambda s: src.copy_to(dst, n, src_offset, dst_offset, stream=s), (src, dst))
+                                lambda s: src.copy_to(dst, n, src_offset, dst_offset, stream=s), (src, dst), False,
+                                timed)
 
-    def fill(self, buf, value, *, stream=None) -> Submission:
+    def fill(self, buf, value, *, stream=None, timed: bool = False) -> Submission:
         """Set every element of ``buf`` to ``value`` (``Buffer.fill``:
-        ``cuMemsetD8/16/32Async``)."""
+        ``cuMemsetD8/16/32Async``); ``timed=True`` as :meth:`copy`."""
         self._buffers("Queue.fill", (buf, True))
-        return self._issue_call(f"fill of {buf.nbytes} bytes", stream, lambda s: buf.fill(value, stream=s), (buf,))
+        return self._issue_call(f"fill of {buf.nbytes} bytes", stream, lambda s: buf.fill(value, stream=s), (buf,),
+                                False, timed)
 
     def empty(self, shape, dtype=None) -> Buffer:
         """``Buffer.empty`` allocated on a stream of the pool

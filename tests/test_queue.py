@@ -581,6 +581,25 @@ def test_a_stream_given_in_a_let_go_lanes_place_is_still_waited_for(fake):
     assert ("wait", q.streams[0].id, "w_new") in SIM.log
 
 
+def test_a_submission_interleaved_by_another_threads_is_refused_not_issued_without_its_hazards(fake):
+    # copy/fill/dispatch/graph/matmul/empty build their access list in one call and issue it in the next;
+    # another thread submitting in between reset the list, and the first was issued ordered by nothing.
+    q = cd.Queue(streams=2)
+    x, y, z = buffers(3)
+    q.launch(FakeKernel("reader", "float* z, const float* x"), 1, 32, z, x, stream=q.streams[0])
+    for _ in range(2):
+        q._buffers("Queue.fill", (x, True))                 # this thread starts a fill of x
+        t = threading.Thread(target=lambda: q.fill(y, 0))   # another submits meanwhile
+        t.start()
+        t.join()
+        n = q.submissions
+        with pytest.raises(cd.StateError, match="another thread submitted to this Queue"):
+            q._issue_call("fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
+        assert q.submissions == n
+    q.fill(x, 0, stream=q.streams[1])                       # from the start on this thread: ordered
+    assert (1, "reader") in waits(q)
+
+
 def test_independent_chains_spread_over_the_streams_without_waits_across_completion_checks(fake):
     # Eight buffers, each rewritten every eighth submission, the GPU keeping up: every check sees every
     # stream's work done, so the least loaded choice spreads the chains evenly and no chain waits on
@@ -852,6 +871,25 @@ def test_synchronize_after_a_stream_given_with_stream_was_closed(mod, rng):
         got = q.read(y)
         q.close()
         np.testing.assert_allclose(got, 2.0 * h.astype(np.float64) + 1.0, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_timed_copies_and_fills_give_their_gpu_time_and_the_right_values(rng):
+    n = 1 << 22
+    for _ in range(2):
+        h = rng.standard_normal(n).astype(np.float32)
+        q = cd.Queue(streams=2)
+        a = q.empty(n, np.float32)
+        b = q.empty(n, np.float32)
+        up = q.copy(h, a, timed=True)
+        cp = q.copy(a, b, timed=True)
+        fl = q.fill(a, 0.5, timed=True)
+        got_b, got_a = q.read(b), q.read(a)
+        for sub in (up, cp, fl):
+            assert 0.0 < sub.elapsed_ms() < 1000.0
+        q.close()
+        np.testing.assert_array_equal(got_b, h)
+        np.testing.assert_array_equal(got_a, np.full(n, 0.5, np.float32))
 
 
 @pytest.mark.gpu
