@@ -476,18 +476,46 @@ class Subject:
             qs.wait(ev)
         g = (N + 255) // 256
         sl = self.slots
-        for op in seg.ops:
+        # A third of the queue segments place every op on a Stream of its own (stream=, dropped after),
+        # after 20 fills of scratch memory on as many Streams: the queue lets idle lanes go and reuses
+        # their indices while the ops run. Ops with a "view" path are timed (timed=True).
+        fresh = seg.stream == 2
+        ends = []                       # events after each fresh Stream's work, for the barrier
+
+        def new_stream():
+            st = cd.Stream()
+            st.wait(ev)                 # after the earlier segments, as the pool streams
+            ends.append(cd.Event(timing=False))
+            return st
+
+        if fresh:
+            scratch = q.empty(64, np.float32)
+            for _ in range(20):
+                st = new_stream()
+                q.fill(scratch, np.float32(1.0), stream=st)
+                ends[-1].record(st)
+        for op, path in zip(seg.ops, seg.paths):
+            st = new_stream() if fresh else None
+            kw = {"stream": st} if fresh else {}
+            if path == "view":
+                kw["timed"] = True
             if op.kind == "affine":
-                q.launch(self.aff, g, 256, sl[op.dst].buffer(), sl[op.srcs[0]].buffer(), op.a, op.b, N)
+                q.launch(self.aff, g, 256, sl[op.dst].buffer(), sl[op.srcs[0]].buffer(), op.a, op.b, N, **kw)
             elif op.kind == "combine":
-                q.launch(self.comb, g, 256, sl[op.dst].buffer(), sl[op.srcs[0]].buffer(), sl[op.srcs[1]].buffer(), N)
+                q.launch(self.comb, g, 256, sl[op.dst].buffer(), sl[op.srcs[0]].buffer(), sl[op.srcs[1]].buffer(), N,
+                         **kw)
             elif op.kind == "copy":
                 if op.srcs[0] != op.dst:
-                    q.copy(sl[op.srcs[0]].buffer(), sl[op.dst].buffer())
+                    q.copy(sl[op.srcs[0]].buffer(), sl[op.dst].buffer(), **kw)
             elif op.kind == "fill":
-                q.fill(sl[op.dst].buffer(), np.float32(op.a))
+                q.fill(sl[op.dst].buffer(), np.float32(op.a), **kw)
+            if fresh:
+                ends[-1].record(st)
+                q._retire_now()         # the completion check (lets idle lanes go) between the ops
         for qs in q.streams:
             barrier.wait(cd.Event(timing=False).record(qs))
+        for e in ends:
+            barrier.wait(e)
         self._mark_all(barrier, set(range(NSLOTS)))
         self._check_guards(barrier)
         q.close()                     # streams destroyed with work queued: frees still wait for it
