@@ -247,8 +247,10 @@ def split_signature(obj, name):
     """(signature line, docstring rest) of a compiled or Python callable."""
     doc = inspect.getdoc(obj) or ""
     first, _, rest = doc.partition("\n")
-    if re.match(r"^[\w.]*\b" + re.escape(name) + r"\(.*\)\s*$", first):
+    if re.match(r"^[\w.]*\b" + re.escape(name) + r"\(.*\)(\s*->.*)?\s*$", first):
         return first.strip(), rest.strip()
+    if re.match(r"^\w+\.\w+\((self|cls)\b.*\)(\s*->.*)?\s*$", first):    # an alias's (pass_ = measure)
+        return f"{name}{signature(obj)}", rest.strip()
     return f"{name}{signature(obj)}", doc
 
 
@@ -277,9 +279,28 @@ def render_function(obj, name, qual, ret=None):
     return [f"### `{qual}`", "", "```python", sig, "```", "", to_markdown(rest) if rest else "", ""]
 
 
+def hidden_bases(cls):
+    """The compiled bases of ``cls`` no user names (QueueCore, KernelBase, ...: defined in a private
+    module, not exported), nearest first: their members are shown as ``cls``'s own."""
+    return [k for k in cls.__mro__[1:]
+            if k.__module__.startswith("pycudadrv._") and not hasattr(pycudadrv, k.__name__)]
+
+
+def members(cls):
+    """The members of ``cls`` and of its hidden bases; ``cls``'s own win."""
+    out = {}
+    for klass in reversed([cls] + hidden_bases(cls)):
+        out.update(vars(klass))
+    return out
+
+
 def render_class(cls, stubs):
     qual = f"pycudadrv.{cls.__name__}" if hasattr(pycudadrv, cls.__name__) else f"{cls.__module__}.{cls.__name__}"
-    info = stubs.get(cls.__name__, {})
+    info = dict(stubs.get(cls.__name__, {}))
+    for klass in hidden_bases(cls):     # (their stubs' members; never their constructor)
+        for key, what in stub_info(klass.__module__).get(klass.__name__, {}).items():
+            if key != "__new__":
+                info.setdefault(key, what)
     bases = [b.__name__ for b in cls.__bases__ if b is not object]
     out = [f"### class `{qual}`" + (f" ({', '.join(bases)})" if bases else ""), ""]
     refused = "__new__" in info and info["__new__"][0] == "refused"
@@ -303,13 +324,14 @@ def render_class(cls, stubs):
         doc = doc.partition("\n")[2].strip()
     if doc:
         out += [to_markdown(doc), ""]
-    order = list(info) + [k for k in vars(cls) if k not in info]
+    own = members(cls)
+    order = list(info) + [k for k in own if k not in info]
     for key in order:
-        if key == "__new__" or key not in vars(cls):
+        if key == "__new__" or key not in own:
             continue
         if key.startswith("_") and key not in DUNDERS:
             continue
-        raw = vars(cls)[key]
+        raw = own[key]
         kind = info.get(key, (None, None))[:2]
         if isinstance(raw, property) or kind[0] in ("property", "attribute") or type(raw).__name__ in (
                 "getset_descriptor", "member_descriptor"):
@@ -323,6 +345,7 @@ def render_class(cls, stubs):
                 d = raw.__doc__
                 if type(raw).__name__ == "member_descriptor" or re.fullmatch(r"\w+: \S+", d.strip()):
                     d = ""
+                d = re.sub(r"^\s*\w+\.\w+: \S+\n", "", d)     # embedsignature's line of a base's property
                 if d:
                     out += [to_markdown(d), ""]
             continue
@@ -336,7 +359,7 @@ def render_class(cls, stubs):
             sig = f"{key}({stub[2] or ''})" if stub[0] == "method" else sig
             rest = "" if rest.startswith(("Return ", "Implement ")) else rest
         if not sig.startswith(cls.__name__ + "."):
-            sig = f"{cls.__name__}.{sig}"
+            sig = f"{cls.__name__}.{re.sub(r'^[A-Za-z_]+[.]', '', sig)}"   # (a base's name: QueueCore.launch)
         sig = sig.replace("(self, ", "(").replace("(self)", "()")
         if stub[0] == "method" and stub[1] and "->" not in sig:
             sig += f" -> {stub[1]}"
