@@ -360,7 +360,7 @@ def render_class(cls, stubs):
             rest = "" if rest.startswith(("Return ", "Implement ")) else rest
         if not sig.startswith(cls.__name__ + "."):
             sig = f"{cls.__name__}.{re.sub(r'^[A-Za-z_]+[.]', '', sig)}"   # (a base's name: QueueCore.launch)
-        sig = sig.replace("(self, ", "(").replace("(self)", "()")
+        sig = sig.replace("(self, /, ", "(").replace("(self, ", "(").replace("(self)", "()")
         if stub[0] == "method" and stub[1] and "->" not in sig:
             sig += f" -> {stub[1]}"
         prefix = "@staticmethod\n" if isinstance(raw, staticmethod) else ""

@@ -757,8 +757,9 @@ cdef object _queue_launch(object self, PyObject** argv, Py_ssize_t nargs, PyObje
                             <object>kw.stream, fn, <object>kw.head[1], <object>kw.head[2], launch_kw, kw.timed)
 
 
-_QUEUE_LAUNCH_DOC = (QueueCore.__name__ + ".launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, "
-                     "bool timed=False, **launch_kw)\n\n" + """Launch ``fn`` (as :meth:`Function.launch`, which
+# (A "name(sig)\n--\n\n" head is the text signature CPython gives a compiled method: inspect.signature, help.)
+_QUEUE_LAUNCH_DOC = ("launch($self, fn, grid, block, *args, reads=None, writes=None, stream=None, timed=False, "
+                     "**launch_kw)\n--\n\n" + """Launch ``fn`` (as :meth:`Function.launch`, which
 takes ``launch_kw``: ``shared_mem_bytes``, ``cooperative``, ``cluster``, ...) on a stream of the pool, after
 the work it depends on; returns its :class:`Submission`.
 
