@@ -78,6 +78,7 @@ cdef class QueueCore:
         self._round_robin = round_robin
         self._foreign = {}
         self._free_index = []
+        self._py_begun = -1
         self._next_index = len(pool)
         self._pool_ids = {id(s) for s in pool}
         self._events = _EventPool()
@@ -151,6 +152,7 @@ cdef class QueueCore:
                              "thread meanwhile); a Queue takes one at a time: submit after that call returns, or "
                              "give each thread a Queue of its own")
         self._builder = PyThread_get_thread_ident()
+        self._begins += 1
         self._nacc = 0
         for k in range(self._nfresh):
             self._fresh[k] = None
@@ -301,6 +303,7 @@ cdef class QueueCore:
         ``writes=`` (they override)."""
         self._check("submit")
         self._begin()
+        self._py_begun = self._begins       # _issue_call checks that no other submission began since
         for sp, w in access:
             self._add_span(sp, w, False)
         for x in fresh:           # Buffers (or allocation streams)
@@ -391,11 +394,12 @@ cdef class QueueCore:
         Stream and a table per producer lane; kept for the queue's life, a new Stream per submission grew
         memory with the square of the streams (1.6 GB at 20,000) and kept every Stream from being
         destroyed. A stream given again later gets a lane afresh (at worst a wait more). A dropped lane's
-        index is reused, and what the tables keyed by lane index say of the old lane stays true for the
-        new one: what other lanes waited for of it (``seen``) is below every seq the new lane will issue,
-        so it hides no wait; what it waited for of an allocation stream (``_AllocStream.upto``) completed
-        before its last submission did, which a lane with nothing in flight was seen to do."""
+        index is reused: what other lanes waited for of the old lane (``seen``) is below every seq the
+        new one will issue, so it hides no wait; what the old lane waited for of an allocation stream
+        (``_AllocStream.upto``) is forgotten here (a submission that failed after its wait leaves such
+        a wait behind no completed work)."""
         cdef _Lane lane
+        cdef _AllocStream r
         cdef Py_ssize_t k, n = len(self._lanes)
         cdef bint crowded = n - self._pool > FOREIGN_KEPT
         cdef list kept = None
@@ -415,6 +419,11 @@ cdef class QueueCore:
             return 0
         self._lanes[:] = kept           # in place: each Submission's fault report reads this list
         self._foreign = {h: l for h, l in self._foreign.items() if l not in gone}
+        for r in [*self._alloc_streams.values(), self._memo_rec]:     # (the memo may be out of the table)
+            if r is not None:
+                for lane in gone:
+                    if lane.index < r.nupto:
+                        r.upto[lane.index] = 0
         return 0
 
     def _retire_now(self):
@@ -552,12 +561,15 @@ cdef class QueueCore:
         ``keep`` is what a graph capturing it must keep alive; ``timed`` as the caller's user gave it."""
         cdef bint is_timed = flag_arg(timed, "timed", f"Queue: {label}")
         self._check("submit")
-        if self._builder != PyThread_get_thread_ident():
-            # Another thread started a submission after this one's _access_of: it reset the access list,
-            # and issuing now would order this work by the other's accesses (lost waits).
-            raise StateError(f"Queue: {label}: another thread submitted to this Queue while this submission was "
-                             "being built; a Queue takes one thread's submissions: give each thread a Queue of "
-                             "its own")
+        if self._builder != PyThread_get_thread_ident() or self._py_begun != self._begins:
+            # Another submission began after this one's _access_of (on another thread, or from code run
+            # meanwhile on this one: a finalizer, a signal handler): it reset the access list, and issuing
+            # now would order this work by the other's accesses (lost waits).
+            self._py_begun = -1
+            raise StateError(f"Queue: {label}: another submission was made to this Queue (from another thread, or "
+                             "from code run meanwhile) while this one was being built; a Queue takes one "
+                             "submission at a time: give each thread a Queue of its own")
+        self._py_begun = -1                 # issued (or failed): a second _issue_call needs a new _access_of
         self._building += 1
         try:
             return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, NULL, 0, None, None, None,

@@ -192,6 +192,14 @@ class RangeTracker:
         seg[0] = x
         starts.insert(i + 1, x)
 
+    @staticmethod
+    def _add_reader(readers, sub):
+        """``sub`` replaces the reader of its lane, or joins them after those seen complete are dropped."""
+        if sub.lane not in readers:
+            for lane in [lane for lane, r in readers.items() if r.done]:
+                del readers[lane]
+        readers[sub.lane] = sub
+
     def commit(self, lo, hi, write, sub):
         """Record that ``sub`` reads (or writes) ``[lo, hi)``."""
         segs = self.segs
@@ -201,7 +209,7 @@ class RangeTracker:
                 seg[1] = sub
                 seg[2] = {}
             else:
-                seg[2][sub.lane] = sub
+                self._add_reader(seg[2], sub)
             return
         self._split(lo)
         self._split(hi)
@@ -221,7 +229,7 @@ class RangeTracker:
                     new.append(pos)
                     segs[pos] = [s, None, {sub.lane: sub}]
                 seg = segs[s]
-                seg[2][sub.lane] = sub
+                self._add_reader(seg[2], sub)
                 new.append(s)
                 pos = seg[0]
             if pos < hi:

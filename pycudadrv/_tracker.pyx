@@ -102,35 +102,6 @@ cdef inline Py_ssize_t _slot(uint64_t lo, Py_ssize_t cap):
     return <Py_ssize_t>(x & <uint64_t>(cap - 1))
 
 
-cdef inline int _add_reader(_Seg seg, Submission sub) except -1:
-    """``sub`` reads the segment: it replaces the reader of its lane, or joins them."""
-    cdef list rs
-    cdef Py_ssize_t k
-    cdef _Lane lane = sub.lane
-    if seg.r0 is None or seg.r0.lane is lane:
-        seg.r0 = sub
-        return 0
-    if seg.r1 is None or seg.r1.lane is lane:
-        seg.r1 = sub
-        return 0
-    rs = seg.rs
-    if rs is None:
-        seg.rs = [sub]
-        return 0
-    for k in range(len(rs)):
-        if (<Submission>rs[k]).lane is lane:
-            rs[k] = sub
-            return 0
-    rs.append(sub)
-    return 0
-
-
-cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long long gen) except -1:
-    if r is not None and not r.done and r is not me:
-        add_dep(deps, gen, r)
-    return 0
-
-
 cdef inline int _drop_finished_readers(_Seg seg) except -1:
     """Keep the readers of ``seg`` not seen complete, r0 and r1 first."""
     cdef Submission a = seg.r0, b = seg.r1
@@ -151,6 +122,44 @@ cdef inline int _drop_finished_readers(_Seg seg) except -1:
     seg.r0 = a
     seg.r1 = b
     seg.rs = more if more else None
+    return 0
+
+
+cdef inline int _add_reader(_Seg seg, Submission sub) except -1:
+    """``sub`` reads the segment: it replaces the reader of its lane, or joins them after those seen
+    complete are dropped (they order nothing). Replacing by lane alone kept a reader per lane ever seen:
+    with a new Stream per submission reading shared memory, the list and every Stream (a Submission
+    holds its lane, the lane its Stream) grew without end."""
+    cdef list rs = seg.rs
+    cdef Py_ssize_t k
+    cdef _Lane lane = sub.lane
+    if seg.r0 is not None and seg.r0.lane is lane:
+        seg.r0 = sub
+        return 0
+    if seg.r1 is not None and seg.r1.lane is lane:
+        seg.r1 = sub
+        return 0
+    if rs is not None:
+        for k in range(len(rs)):
+            if (<Submission>rs[k]).lane is lane:
+                rs[k] = sub
+                return 0
+    if rs is not None or (seg.r0 is not None and seg.r0.done) or (seg.r1 is not None and seg.r1.done):
+        _drop_finished_readers(seg)
+    if seg.r0 is None:
+        seg.r0 = sub
+    elif seg.r1 is None:
+        seg.r1 = sub
+    elif seg.rs is None:
+        seg.rs = [sub]
+    else:
+        seg.rs.append(sub)
+    return 0
+
+
+cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long long gen) except -1:
+    if r is not None and not r.done and r is not me:
+        add_dep(deps, gen, r)
     return 0
 
 

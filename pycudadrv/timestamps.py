@@ -85,8 +85,10 @@ class Timestamps(TimestampsBase):
         end = self._req_end
         if end is None:
             return True
-        if self._mixed:     # passes on more than one stream (the stream was changed): each end asked
-            return all(e[2].query() for e in self._requested)
+        if self._old_events:    # recorded before the stream was changed: asked until seen complete
+            self._old_events = [ev for ev in self._old_events if not ev.query()]
+            if self._old_events:
+                return False
         return end.query()
 
     def _take(self) -> list[tuple[str, float]]:
@@ -96,8 +98,6 @@ class Timestamps(TimestampsBase):
         out = list(zip([e[0] for e in req], Event.elapsed_ms_pairs(starts, ends)))   # (raising: nothing lost)
         self._requested = []
         self._req_end = None
-        if not self._passes:
-            self._mixed = False
         # Back in the pool so that it hands them out again in the order they were recorded (it pops
         # the last one put back first): the driver records a run of events fastest in that order.
         back = [ev for e in req for ev in (e[1], e[2])]
@@ -144,8 +144,9 @@ class Timestamps(TimestampsBase):
         if not self._requested:
             return []
         if blocking:
-            for e in (self._requested if self._mixed else ()):
-                e[2].synchronize()
+            for ev in self._old_events:
+                ev.synchronize()
+            self._old_events = []
             if self._req_end is not None:
                 self._req_end.synchronize()
         elif not self._ready():
@@ -172,7 +173,7 @@ class Timestamps(TimestampsBase):
         self._passes = []
         self._requested = []
         self._req_end = None
-        self._mixed = False
+        self._old_events = []
 
     def __repr__(self) -> str:
         return (f"<Timestamps on {self.stream!r}, {len(self._open)} open, "

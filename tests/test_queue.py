@@ -593,11 +593,53 @@ def test_a_submission_interleaved_by_another_threads_is_refused_not_issued_witho
         t.start()
         t.join()
         n = q.submissions
-        with pytest.raises(cd.StateError, match="another thread submitted to this Queue"):
+        with pytest.raises(cd.StateError, match="another submission was made to this Queue"):
             q._issue_call("fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
         assert q.submissions == n
     q.fill(x, 0, stream=q.streams[1])                       # from the start on this thread: ordered
     assert (1, "reader") in waits(q)
+
+
+def test_a_submission_begun_again_on_the_same_thread_before_it_is_issued_is_refused(fake):
+    # Code run between a copy/fill's access list and its issue (a finalizer, a signal handler) that
+    # submits to the queue resets that list: the thread check alone let the fill go, ordered by nothing.
+    q = cd.Queue(streams=2)
+    x, y, z = buffers(3)
+    q.launch(FakeKernel("reader", "float* z, const float* x"), 1, 32, z, x, stream=q.streams[0])
+    for nested in (lambda: q.launch(FakeKernel("w", "float* y"), 1, 32, y), lambda: q.fill(y, 0)):
+        q._buffers("Queue.fill", (x, True))
+        nested()
+        with pytest.raises(cd.StateError, match="another submission was made to this Queue"):
+            q._issue_call("fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
+    with pytest.raises(cd.StateError):      # an issue without its own access list is refused too
+        q._issue_call("fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
+    q.fill(x, 0, stream=q.streams[1])
+    assert (1, "reader") in waits(q)
+
+
+def test_streams_that_only_read_shared_memory_are_let_go_too(fake):
+    # A reader per lane was kept in the tracker's list of the shared range: with a new Stream per
+    # submission the list, and every Stream (a Submission holds its lane, the lane its Stream), grew
+    # without end. A reader seen complete is replaced.
+    import gc
+    import weakref
+    q = cd.Queue(streams=2)
+    out = buffers(4)
+    weights = FakeBuffer(0x900000, 256)
+    K = FakeKernel("K", "float* y, const float* w")
+    refs = []
+    for k in range(3000):
+        s = FakeStream()
+        refs.append(weakref.ref(s))
+        q.launch(K, 1, 32, out[k % 4], weights, stream=s)
+        s.synchronize()
+        del s
+    gc.collect()
+    assert sum(r() is not None for r in refs) <= 4 * 2 * 16 + 16 + 1 + 4
+    seg, = [d for d in q._tracker_dump() if d[0] == 0x900000]
+    SIM.log.clear()
+    q.launch(FakeKernel("W", "float* w"), 1, 32, weights)        # a writer still waits for pending readers
+    assert len([op for op in SIM.log if op[0] == "wait"]) <= 4 * 2 * 16 + 1
 
 
 def test_independent_chains_spread_over_the_streams_without_waits_across_completion_checks(fake):
@@ -871,6 +913,39 @@ def test_synchronize_after_a_stream_given_with_stream_was_closed(mod, rng):
         got = q.read(y)
         q.close()
         np.testing.assert_allclose(got, 2.0 * h.astype(np.float64) + 1.0, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.gpu
+def test_a_stream_in_the_place_of_one_whose_submission_failed_still_waits_for_the_upload(mod, rng):
+    # The breaker's find: a fill on stream x waited for the allocation stream (memory uploaded there behind
+    # a 300 ms kernel), then failed (a value float32 cannot hold); x closed, its lane was let go and its index
+    # given to the next stream, which the table still said was ordered after the upload: no wait, stale data.
+    spin = mod.function("spin_copy")
+    n = 1 << 20
+    for _ in range(2):
+        h = rng.standard_normal(n).astype(np.float32)
+        q = cd.Queue(streams=2)
+        st = cd.Stream()
+        times = cd.Buffer.zeros(2, np.uint64, stream=st)
+        dummy = cd.Buffer.zeros(1, np.float32, stream=st)
+        spin.launch(1, 32, dummy, dummy, 300 * MS, times, 0, stream=st)       # st busy for 300 ms
+        buf = cd.Buffer.from_numpy(h, stream=st)                                # its upload queued behind
+        x = cd.Stream()
+        with pytest.raises(cd.ArgumentValueError):
+            q.fill(buf, 1e40, stream=x)
+        x.close()
+        scratch = q.empty(16, np.float32)
+        for _ in range(40):                                                     # completion checks: x let go
+            q.fill(scratch, 0)
+        y = cd.Stream()
+        out = cd.Buffer.zeros(n, np.float32, stream=y)
+        poison = np.full(n, np.nan, np.float32)
+        out.write(poison, stream=y)
+        q.copy(buf, out, stream=y)
+        got = q.read(out)
+        st.synchronize()
+        q.close()
+        np.testing.assert_array_equal(got, h)
 
 
 @pytest.mark.gpu
@@ -1399,7 +1474,8 @@ def test_config_flags_queue_variables_it_would_not_use():
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2),                                      # stream
                           st.lists(st.tuples(st.integers(0, 15), st.integers(1, 6), st.booleans()),
-                                   min_size=1, max_size=3)),                      # (start, length, write)
+                                   min_size=1, max_size=3),                       # (start, length, write)
+                          st.integers(-1, 2)),                                    # a stream's work done first
                 min_size=1, max_size=25))
 def test_the_compiled_tracker_keeps_what_the_reference_model_keeps(program):
     global SIM
@@ -1411,7 +1487,10 @@ def test_the_compiled_tracker_keeps_what_the_reference_model_keeps(program):
         (buf,) = buffers(1, 32 * 64)
         ref = RangeTracker()
         k = FakeKernel("k", "int n")                    # no pointer parameters: every access is explicit
-        for s, accesses in program:
+        for s, accesses, done in program:
+            if done >= 0:                               # seen complete: readers of it make room
+                q.streams[done].synchronize()
+                q._retire_now()
             acc = {}
             for start, length, w in accesses:           # reads first, then writes (named in both: a write)
                 if not w:

@@ -221,18 +221,21 @@ class StreamEvent:
         self.stream, self.t = stream, stream.n
         return self
 
-    def query(self):
-        return self.t <= self.stream.done
-
     def synchronize(self):
         self.stream.done = max(self.stream.done, self.t)
 
+    queries = 0
+
+    def query(self):
+        StreamEvent.queries += 1
+        return self.t <= self.stream.done
+
     @staticmethod
     def elapsed_ms_pairs(starts, ends):
-        for e in ends:
-            if not e.query():
+        for e in starts + ends:             # as cuEventElapsedTime: both events complete
+            if e.t > e.stream.done:
                 raise cd.NotReadyError("cuEventElapsedTime: CUDA_ERROR_NOT_READY")
-        return [float(b.t - a.t) for a, b in zip(starts, ends)]
+        return [float(b.t - a.t) if a.stream is b.stream else float(b.t) for a, b in zip(starts, ends)]
 
 
 class TickStream:
@@ -266,7 +269,49 @@ def test_passes_on_a_stream_changed_between_them_wait_for_both_and_nothing_is_lo
         with ts.measure("b"):
             pass
         assert ts.read() == [("a", 1.0), ("b", 1.0)] and ts.is_idle      # blocking: waits for both
-        assert not ts._mixed
+        assert ts._old_events == []
+
+
+def test_a_pass_open_while_the_stream_is_changed_waits_for_its_start_on_the_old_stream(monkeypatch):
+    # An outer pass started on s1, the stream changed inside it, an inner pass and the outer's end on s2:
+    # s2 done while s1 is not -- its start still pending -- try_take() is None (it raised NotReadyError).
+    monkeypatch.setattr(tsmod, "Event", StreamEvent)
+    s1, s2 = TickStream(), TickStream()
+    ts = cd.Timestamps(s1)
+    with ts.measure("outer"):
+        s1.n += 3
+        ts.stream = s2
+        with ts.measure("inner"):
+            pass
+    s2.done = s2.n
+    assert ts.try_take() is None
+    s1.done = 1                     # the outer's start done (s1's work after it not)
+    got = ts.try_take()
+    assert [label for label, _ in got] == ["outer", "inner"] and ts.is_idle
+    with ts.measure("again"):
+        ts.stream = s1              # changed back inside a pass: read() waits for both streams
+    assert [label for label, _ in ts.read()] == ["again"] and ts._old_events == []
+
+
+def test_after_a_stream_change_a_frame_loop_goes_back_to_one_query_per_take(monkeypatch):
+    # The events of the old stream are asked until seen complete, then forgotten: a loop taking once a
+    # frame asks one event per call again (the flag kept every end asked for ever).
+    monkeypatch.setattr(tsmod, "Event", StreamEvent)
+    s1, s2 = TickStream(), TickStream()
+    ts = cd.Timestamps(s1)
+    with ts.measure("f0"):
+        pass
+    ts.stream = s2
+    for frame in range(1, 8):
+        for label in ("a", "b", "c"):
+            with ts.measure(label):
+                pass
+        s1.done, s2.done = s1.n, s2.n
+        StreamEvent.queries = 0
+        assert ts.try_take() is not None
+        if frame > 2:
+            assert StreamEvent.queries == 1
+    assert ts._old_events == []
 
 
 def test_read_waits_for_the_gpu_by_default(ts):
