@@ -665,3 +665,28 @@ def test_gpu_passes_on_a_stream_changed_between_them_wait_for_the_slower_stream(
         got = dict(ts.try_take())
         assert list(got) == ["long", "short"] and 95 < got["long"] < 5000 and 0.9 < got["short"] < 500
         assert ts.is_idle
+
+
+@pytest.mark.gpu
+def test_gpu_a_pass_open_across_a_stream_change_waits_for_its_start(spin):
+    # An outer pass whose start is recorded on a behind a 300 ms kernel, ended on b after ts.stream = b:
+    # b done first, try_take() is None (it raised NotReadyError) and read() waits for a.
+    a, b = cd.Stream(), cd.Stream()
+    flag = cd.Buffer.zeros(2, np.int32, stream=a)
+    a.synchronize()
+    for how in ("try_take", "read"):
+        ts = cd.Timestamps(a)
+        spin.launch(1, 1, 300 * MS, flag[0:1], stream=a)
+        with ts.measure("frame"):
+            ts.stream = b
+            with ts.measure("inner"):
+                spin.launch(1, 1, 1 * MS, flag[1:2], stream=b)
+        b.synchronize()
+        if how == "try_take":
+            assert ts.try_take() is None
+            a.synchronize()
+            got = dict(ts.try_take())
+        else:
+            got = dict(ts.read())
+        assert list(got) == ["frame", "inner"] and 0.9 < got["inner"] <= got["frame"] < 5000
+        assert ts.is_idle and ts._old_events == []
