@@ -688,5 +688,6 @@ def test_gpu_a_pass_open_across_a_stream_change_waits_for_its_start(spin):
             got = dict(ts.try_take())
         else:
             got = dict(ts.read())
-        assert list(got) == ["frame", "inner"] and 0.9 < got["inner"] <= got["frame"] < 5000
+        # (the frame's end on b may come before its start on a: cuEventElapsedTime's sign is not ours)
+        assert list(got) == ["frame", "inner"] and 0.9 < got["inner"] < 500 and np.isfinite(got["frame"])
         assert ts.is_idle and ts._old_events == []
