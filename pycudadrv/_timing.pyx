@@ -103,8 +103,9 @@ cdef class TimestampsBase:
 
     @property
     def stream(self):
-        """The stream the passes are timed on. Changing it between passes is allowed: results asked for
-        then wait for the end of every pass on either stream (``cuEventQuery`` of each)."""
+        """The stream the passes are timed on. It may be changed, inside a pass too: results asked for
+        then also wait for the events recorded before the change (``cuEventQuery`` of each until seen
+        complete; ``read()`` synchronizes them)."""
         return self._stream
 
     @stream.setter
