@@ -42,7 +42,6 @@ cdef class QueueCore:
     cdef int _building             # > 0 while a submission is being built (_begin refuses another)
     cdef unsigned long _builder    # the thread whose _begin started the access list being built
     cdef long long _begins         # submissions begun (_begin calls)
-    cdef long long _py_begun       # _begins at the last _access_of, until its _issue_call (else -1)
     cdef dict _alloc_streams       # id(stream) -> _AllocStream (allocation streams outside the pool)
     cdef DepList _deps             # lanes with a dependency of the submission being issued
     cdef int _countdown            # submissions until the next completion check

@@ -78,7 +78,6 @@ cdef class QueueCore:
         self._round_robin = round_robin
         self._foreign = {}
         self._free_index = []
-        self._py_begun = -1
         self._next_index = len(pool)
         self._pool_ids = {id(s) for s in pool}
         self._events = _EventPool()
@@ -300,10 +299,12 @@ cdef class QueueCore:
     def _access_of(self, list access, list fresh, reads=None, writes=None, what="Queue"):
         """Start a submission's access list from Python: ``access`` of ``((lo, hi), is_write)`` (the same
         range twice: a write wins), ``fresh`` the Buffers whose allocation streams to check, then ``reads=`` /
-        ``writes=`` (they override)."""
+        ``writes=`` (they override). Returns the token :meth:`_issue_call` takes: the count of submissions
+        begun, which any other submission begun meanwhile (this thread's or another's) changes."""
+        cdef long long token
         self._check("submit")
         self._begin()
-        self._py_begun = self._begins       # _issue_call checks that no other submission began since
+        token = self._begins
         for sp, w in access:
             self._add_span(sp, w, False)
         for x in fresh:           # Buffers (or allocation streams)
@@ -314,6 +315,7 @@ cdef class QueueCore:
                 self._explicit_c(reads, writes, what)
             finally:
                 self._building -= 1
+        return token
 
     def _note_buffer(self, buf, bint write, str what):
         """Add Buffer ``buf`` to the access list being built (ArgumentTypeError for anything else)."""
@@ -419,7 +421,8 @@ cdef class QueueCore:
             return 0
         self._lanes[:] = kept           # in place: each Submission's fault report reads this list
         self._foreign = {h: l for h, l in self._foreign.items() if l not in gone}
-        for r in [*self._alloc_streams.values(), self._memo_rec]:     # (the memo may be out of the table)
+        # (the memo, and records this submission sighted, may be out of the table: it is cleared at 64)
+        for r in [*self._alloc_streams.values(), self._memo_rec, *self._fresh[:self._nfresh]]:
             if r is not None:
                 for lane in gone:
                     if lane.index < r.nupto:
@@ -556,20 +559,19 @@ cdef class QueueCore:
         self.submissions += 1
         return me
 
-    def _issue_call(self, str label, stream, run, tuple keep, bint kernel=False, timed=False):
-        """Issue ``run(stream)`` over the access list built with :meth:`_access_of` / :meth:`_note_buffer`;
-        ``keep`` is what a graph capturing it must keep alive; ``timed`` as the caller's user gave it."""
+    def _issue_call(self, long long token, str label, stream, run, tuple keep, bint kernel=False, timed=False):
+        """Issue ``run(stream)`` over the access list built with :meth:`_access_of` (which gave ``token``) /
+        :meth:`_note_buffer`; ``keep`` is what a graph capturing it must keep alive; ``timed`` as the
+        caller's user gave it."""
         cdef bint is_timed = flag_arg(timed, "timed", f"Queue: {label}")
         self._check("submit")
-        if self._builder != PyThread_get_thread_ident() or self._py_begun != self._begins:
+        if token != self._begins or self._builder != PyThread_get_thread_ident():
             # Another submission began after this one's _access_of (on another thread, or from code run
-            # meanwhile on this one: a finalizer, a signal handler): it reset the access list, and issuing
-            # now would order this work by the other's accesses (lost waits).
-            self._py_begun = -1
+            # meanwhile on this one: a finalizer, a signal handler; issued or not): it reset the access
+            # list, and issuing now would order this work by the other's accesses (lost waits).
             raise StateError(f"Queue: {label}: another submission was made to this Queue (from another thread, or "
                              "from code run meanwhile) while this one was being built; a Queue takes one "
                              "submission at a time: give each thread a Queue of its own")
-        self._py_begun = -1                 # issued (or failed): a second _issue_call needs a new _access_of
         self._building += 1
         try:
             return self._issue(K_OTHER_KERNEL if kernel else K_OTHER, label, stream, run, NULL, 0, None, None, None,

@@ -16,7 +16,7 @@ class TimestampsBase:
     _requested: list[list[Any]]
     _req_end: Any
     _last_end: Any
-    _old_events: list[Any]
+    _old_events: dict[int, Any]
     _labels: dict[Any, Pass]
     def _give_back(self, events: list[Any], entries: list[list[Any]]) -> None: ...
     def measure(self, label: str) -> Pass: ...

@@ -77,7 +77,7 @@ cdef class TimestampsBase:
     cdef public list _requested      # closed entries whose results were asked for
     cdef public object _req_end      # the last end event among them (one stream: it finishes last)
     cdef public object _last_end
-    cdef public list _old_events     # events recorded before the stream was changed, not yet seen complete
+    cdef public dict _old_events     # id -> event recorded before the stream was changed, not seen complete
     cdef list _pool                  # recorded-and-read events, reused: the first _pool_n items
     cdef Py_ssize_t _pool_n
     cdef public dict _labels         # label -> Pass
@@ -93,7 +93,7 @@ cdef class TimestampsBase:
         self._depth = 0
         self._nvtx_open = []
         self._requested = []
-        self._old_events = []
+        self._old_events = {}
         self._pool = []
         self._pool_n = 0
         self._labels = {}
@@ -112,11 +112,12 @@ cdef class TimestampsBase:
     def stream(self, value):
         cdef list entry
         # The last end recorded no longer finishes after every event recorded so far: those of the passes
-        # not taken yet (open ones' starts too) are waited for one by one until seen complete.
+        # not taken yet (open ones' starts too) are noted once each, and a request waits for those of its
+        # passes until seen complete (timestamps.py _ready).
         for entry in self._passes + self._requested:
-            self._old_events.append(entry[1])
+            self._old_events[id(entry[1])] = entry[1]
             if entry[2] is not None:
-                self._old_events.append(entry[2])
+                self._old_events[id(entry[2])] = entry[2]
         self._stream = value
         self._cstream = <Stream>value if type(value) is Stream else None
         # a real handle (not NULL, CU_STREAM_LEGACY 1, CU_STREAM_PER_THREAD 2) names its context
@@ -218,6 +219,7 @@ cdef class TimestampsBase:
             if passes[k] is entry:
                 del passes[k]
                 break
+        self._old_events.pop(id(entry[1]), None)      # (back in the pool: nothing to wait for)
         self._pool_n = _put(self._pool, self._pool_n, [entry[1]] if ev is None else [ev, entry[1]])
         return 0
 

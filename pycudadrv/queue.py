@@ -133,11 +133,13 @@ class Queue(QueueCore):
         self.policy = policy
         self._setup(self.device, pool, policy == "round_robin", Stream, Event, Buffer)
 
-    def _buffers(self, name, *items):
-        """Start a submission's access list with ``(buffer, is_write)`` items (Buffers only)."""
-        self._access_of([], [])
+    def _buffers(self, name, *items) -> int:
+        """Start a submission's access list with ``(buffer, is_write)`` items (Buffers only); returns
+        the token for ``_issue_call``."""
+        token = self._access_of([], [])
         for buf, w in items:
             self._note_buffer(buf, w, name)
+        return token
 
     def copy(self, src, dst, nbytes=None, *, src_offset: int = 0, dst_offset: int = 0, stream=None,
              timed: bool = False) -> Submission:
@@ -166,9 +168,9 @@ class Queue(QueueCore):
                                          f"{dst.nbytes}-byte destination")
             self._buffers("Queue.copy dst", (dst, True))
             ptr = dst.ptr
-            self._access_of([((ptr + dst_offset, ptr + dst_offset + n), True)] if n else [], [dst])
-            return self._issue_call(f"upload of {n} bytes", stream, lambda s: dst.write(src, dst_offset, stream=s),
-                                    (src, dst), False, timed)
+            token = self._access_of([((ptr + dst_offset, ptr + dst_offset + n), True)] if n else [], [dst])
+            return self._issue_call(token, f"upload of {n} bytes", stream,
+                                    lambda s: dst.write(src, dst_offset, stream=s), (src, dst), False, timed)
         self._buffers("Queue.copy", (src, False), (dst, True))
         n = (src.nbytes - src_offset) if nbytes is None else int(nbytes)
         if min(src_offset, dst_offset, n) < 0 or src_offset + n > src.nbytes or dst_offset + n > dst.nbytes:
@@ -177,17 +179,17 @@ class Queue(QueueCore):
                                      "buffer")
         access = [((src.ptr + src_offset, src.ptr + src_offset + n), False),
                   ((dst.ptr + dst_offset, dst.ptr + dst_offset + n), True)] if n else []
-        self._access_of(access, [src, dst])
-        return self._issue_call(f"copy of {n} bytes", stream,
+        token = self._access_of(access, [src, dst])
+        return self._issue_call(token, f"copy of {n} bytes", stream,
                                 lambda s: src.copy_to(dst, n, src_offset, dst_offset, stream=s), (src, dst), False,
                                 timed)
 
     def fill(self, buf, value, *, stream=None, timed: bool = False) -> Submission:
         """Set every element of ``buf`` to ``value`` (``Buffer.fill``:
         ``cuMemsetD8/16/32Async``); ``timed=True`` as :meth:`copy`."""
-        self._buffers("Queue.fill", (buf, True))
-        return self._issue_call(f"fill of {buf.nbytes} bytes", stream, lambda s: buf.fill(value, stream=s), (buf,),
-                                False, timed)
+        token = self._buffers("Queue.fill", (buf, True))
+        return self._issue_call(token, f"fill of {buf.nbytes} bytes", stream, lambda s: buf.fill(value, stream=s),
+                                (buf,), False, timed)
 
     def empty(self, shape, dtype=None) -> Buffer:
         """``Buffer.empty`` allocated on a stream of the pool
@@ -197,8 +199,9 @@ class Queue(QueueCore):
             raise CaptureError("Queue.empty() during Queue.capture(): allocate before the capture (memory made "
                                "inside a capture exists only inside the graph)")
         box = []
-        self._access_of([], [])
-        sub = self._issue_call("allocation", None, lambda s: box.append(Buffer.empty(shape, dtype, stream=s)), ())
+        token = self._access_of([], [])
+        sub = self._issue_call(token, "allocation", None, lambda s: box.append(Buffer.empty(shape, dtype, stream=s)),
+                               ())
         buf = box[0]
         self._note_write(sub, _span(buf, "Queue.empty"))
         return buf
@@ -242,9 +245,9 @@ class Queue(QueueCore):
             if sp is not None:
                 access.append((sp, False))
             fresh.append(indirect)
-        self._access_of(access, fresh, reads, writes, name)
+        token = self._access_of(access, fresh, reads, writes, name)
         keep = (dispatch, indirect, *(b for b, _ in bindings))
-        return self._issue_call(f"dispatch of '{fn.name}'", dispatch._pass.encoder.stream,
+        return self._issue_call(token, f"dispatch of '{fn.name}'", dispatch._pass.encoder.stream,
                                 lambda s: dispatch.dispatch(grid, threads=threads, indirect=indirect), keep, True,
                                 timed)
 
@@ -256,10 +259,10 @@ class Queue(QueueCore):
         Raises ArgumentTypeError for an object without ``launch(stream)``."""
         if not callable(getattr(graph, "launch", None)):
             raise ArgumentTypeError(f"Queue.launch_graph takes a CapturedGraph, got {type(graph).__name__}")
-        self._access_of([], [], reads, writes, "Queue.launch_graph")
+        token = self._access_of([], [], reads, writes, "Queue.launch_graph")
         if reads is None and writes is None:
             self._note_whole()
-        return self._issue_call("graph launch", stream, lambda s: graph.launch(s), (graph,), True, timed)
+        return self._issue_call(token, "graph launch", stream, lambda s: graph.launch(s), (graph,), True, timed)
 
     def matmul(self, plan, a, b, out, *, stream=None, timed: bool = False) -> Submission:
         """Execute a cuDNN :class:`pycudadrv.cudnn.MatmulPlan`, ``out = a @ b``
@@ -295,8 +298,8 @@ class Queue(QueueCore):
                 access.append((sp, w))
             if isinstance(x, Buffer):
                 fresh.append(x)
-        self._access_of(access, fresh)
-        return self._issue_call(f"cuDNN matmul {plan.m}x{plan.n}x{plan.k} ({plan.dtype})", stream,
+        token = self._access_of(access, fresh)
+        return self._issue_call(token, f"cuDNN matmul {plan.m}x{plan.n}x{plan.k} ({plan.dtype})", stream,
                                 lambda s: plan(a, b, out, stream=s), (plan, a, b, out), True, timed)
 
     # -- sync points -----------------------------------------------------------------------------
@@ -310,9 +313,9 @@ class Queue(QueueCore):
         if self._capturing:
             raise CaptureError("Queue.read() during Queue.capture(): a read to the host synchronises; read after "
                                "the `with` block")
-        self._buffers("Queue.read", (buf, False))
+        token = self._buffers("Queue.read", (buf, False))
         box = []
-        sub = self._issue_call(f"read of {buf.nbytes} bytes to the host", None,
+        sub = self._issue_call(token, f"read of {buf.nbytes} bytes to the host", None,
                                lambda s: box.append(buf.to_numpy(out=out, stream=s)), ())
         self._retire_now()
         sub.done = True

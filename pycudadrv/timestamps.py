@@ -85,10 +85,14 @@ class Timestamps(TimestampsBase):
         end = self._req_end
         if end is None:
             return True
-        if self._old_events:    # recorded before the stream was changed: asked until seen complete
-            self._old_events = [ev for ev in self._old_events if not ev.query()]
-            if self._old_events:
-                return False
+        old = self._old_events
+        if old:                 # the requested passes' events recorded before a stream change: asked
+            for e in self._requested:       # until seen complete, then forgotten
+                for ev in (e[1], e[2]):
+                    if id(ev) in old:
+                        if not ev.query():
+                            return False
+                        del old[id(ev)]
         return end.query()
 
     def _take(self) -> list[tuple[str, float]]:
@@ -102,6 +106,9 @@ class Timestamps(TimestampsBase):
         # the last one put back first): the driver records a run of events fastest in that order.
         back = [ev for e in req for ev in (e[1], e[2])]
         back.reverse()
+        if self._old_events:                # (seen complete by now; never asked for again once reused)
+            for ev in back:
+                self._old_events.pop(id(ev), None)
         self._give_back(back, req)
         return out
 
@@ -144,9 +151,11 @@ class Timestamps(TimestampsBase):
         if not self._requested:
             return []
         if blocking:
-            for ev in self._old_events:
-                ev.synchronize()
-            self._old_events = []
+            old = self._old_events
+            for e in self._requested if old else ():
+                for ev in (e[1], e[2]):
+                    if old.pop(id(ev), None) is not None:
+                        ev.synchronize()
             if self._req_end is not None:
                 self._req_end.synchronize()
         elif not self._ready():
@@ -173,7 +182,7 @@ class Timestamps(TimestampsBase):
         self._passes = []
         self._requested = []
         self._req_end = None
-        self._old_events = []
+        self._old_events.clear()
 
     def __repr__(self) -> str:
         return (f"<Timestamps on {self.stream!r}, {len(self._open)} open, "

@@ -268,9 +268,7 @@ def test_a_yes_no_keyword_that_is_not_a_bool_is_refused_at_every_entry(bad):
         p = fn.bind(1, 32, y, x, 1.0, 32)
         for name, go in {"launch": lambda: q.launch(fn, 1, 32, y, x, 1.0, 32, timed=bad),
                          "submit": lambda: q.submit(p, timed=bad),
-                         "fill": lambda: q.fill(y, np.float32(0), timed=bad) if "timed" in
-                         inspect.signature(q.fill).parameters else q._issue_call("fill", None, lambda st: None, (),
-                                                                                  False, bad)}.items():
+                         "fill": lambda: q.fill(y, np.float32(0), timed=bad)}.items():
             with pytest.raises(ArgumentTypeError, match="timed must be True or False"):
                 go()
         assert q.stats()["in_flight"] == [0, 0]          # nothing was submitted by the refused calls

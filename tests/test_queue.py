@@ -588,13 +588,13 @@ def test_a_submission_interleaved_by_another_threads_is_refused_not_issued_witho
     x, y, z = buffers(3)
     q.launch(FakeKernel("reader", "float* z, const float* x"), 1, 32, z, x, stream=q.streams[0])
     for _ in range(2):
-        q._buffers("Queue.fill", (x, True))                 # this thread starts a fill of x
+        token = q._buffers("Queue.fill", (x, True))         # this thread starts a fill of x
         t = threading.Thread(target=lambda: q.fill(y, 0))   # another submits meanwhile
         t.start()
         t.join()
         n = q.submissions
         with pytest.raises(cd.StateError, match="another submission was made to this Queue"):
-            q._issue_call("fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
+            q._issue_call(token, "fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
         assert q.submissions == n
     q.fill(x, 0, stream=q.streams[1])                       # from the start on this thread: ordered
     assert (1, "reader") in waits(q)
@@ -606,13 +606,15 @@ def test_a_submission_begun_again_on_the_same_thread_before_it_is_issued_is_refu
     q = cd.Queue(streams=2)
     x, y, z = buffers(3)
     q.launch(FakeKernel("reader", "float* z, const float* x"), 1, 32, z, x, stream=q.streams[0])
-    for nested in (lambda: q.launch(FakeKernel("w", "float* y"), 1, 32, y), lambda: q.fill(y, 0)):
-        q._buffers("Queue.fill", (x, True))
+    def failing_fill():
+        with pytest.raises(cd.ArgumentTypeError):
+            q.fill("junk", 0)               # begins a submission, refused before its issue
+
+    for nested in (lambda: q.launch(FakeKernel("w", "float* y"), 1, 32, y), lambda: q.fill(y, 0), failing_fill):
+        token = q._buffers("Queue.fill", (x, True))
         nested()
         with pytest.raises(cd.StateError, match="another submission was made to this Queue"):
-            q._issue_call("fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
-    with pytest.raises(cd.StateError):      # an issue without its own access list is refused too
-        q._issue_call("fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
+            q._issue_call(token, "fill of x", q.streams[1], lambda s: x.fill(0, stream=s), (x,))
     q.fill(x, 0, stream=q.streams[1])
     assert (1, "reader") in waits(q)
 

@@ -269,7 +269,7 @@ def test_passes_on_a_stream_changed_between_them_wait_for_both_and_nothing_is_lo
         with ts.measure("b"):
             pass
         assert ts.read() == [("a", 1.0), ("b", 1.0)] and ts.is_idle      # blocking: waits for both
-        assert ts._old_events == []
+        assert ts._old_events == {}
 
 
 def test_a_pass_open_while_the_stream_is_changed_waits_for_its_start_on_the_old_stream(monkeypatch):
@@ -290,7 +290,7 @@ def test_a_pass_open_while_the_stream_is_changed_waits_for_its_start_on_the_old_
     assert [label for label, _ in got] == ["outer", "inner"] and ts.is_idle
     with ts.measure("again"):
         ts.stream = s1              # changed back inside a pass: read() waits for both streams
-    assert [label for label, _ in ts.read()] == ["again"] and ts._old_events == []
+    assert [label for label, _ in ts.read()] == ["again"] and ts._old_events == {}
 
 
 def test_after_a_stream_change_a_frame_loop_goes_back_to_one_query_per_take(monkeypatch):
@@ -311,7 +311,44 @@ def test_after_a_stream_change_a_frame_loop_goes_back_to_one_query_per_take(monk
         assert ts.try_take() is not None
         if frame > 2:
             assert StreamEvent.queries == 1
-    assert ts._old_events == []
+    assert ts._old_events == {}
+
+
+def test_a_frame_loop_over_two_streams_gets_each_frame_one_call_later(monkeypatch):
+    # Passes of a frame alternating between two streams (ts.stream set before each), the GPU a frame
+    # behind: each try_take() returns the frame before. Waiting for every event recorded before a change
+    # -- the current frame's too, never asked for -- starved it (None every frame).
+    monkeypatch.setattr(tsmod, "Event", StreamEvent)
+    a, b = TickStream(), TickStream()
+    ts = cd.Timestamps(a)
+    ends = {}
+    for frame in range(10):
+        for k in range(4):
+            ts.stream = a if k % 2 == 0 else b
+            with ts.measure(f"p{k}"):
+                pass
+        ends[frame] = (a.n, b.n)
+        if frame >= 1:
+            a.done, b.done = ends[frame - 1]                 # the GPU finished the frame before
+        got = ts.try_take()
+        if frame >= 2:
+            assert [label for label, _ in got] == ["p0", "p1", "p2", "p3"]
+    assert len(ts._old_events) <= 2 * 8 and len(ts._passes) <= 4
+
+
+def test_changing_the_stream_before_every_pass_notes_each_event_once(monkeypatch):
+    # Each change noted every untaken pass's events again: N passes made N^2/2 entries to ask.
+    monkeypatch.setattr(tsmod, "Event", StreamEvent)
+    a, b = TickStream(), TickStream()
+    ts = cd.Timestamps(a)
+    for k in range(400):
+        ts.stream = a if k % 2 else b
+        with ts.measure(f"p{k}"):
+            pass
+    assert len(ts._old_events) <= 2 * 400
+    a.done, b.done = a.n, b.n
+    StreamEvent.queries = 0
+    assert len(ts.try_take()) == 400 and StreamEvent.queries <= 2 * 400 + 1 and ts._old_events == {}
 
 
 def test_read_waits_for_the_gpu_by_default(ts):
@@ -690,4 +727,4 @@ def test_gpu_a_pass_open_across_a_stream_change_waits_for_its_start(spin):
             got = dict(ts.read())
         # (the frame's end on b may come before its start on a: cuEventElapsedTime's sign is not ours)
         assert list(got) == ["frame", "inner"] and 0.9 < got["inner"] < 500 and np.isfinite(got["frame"])
-        assert ts.is_idle and ts._old_events == []
+        assert ts.is_idle and ts._old_events == {}
