@@ -49,7 +49,7 @@ def _check_extensions_are_ours() -> None:
 _check_extensions_are_ours()
 del _check_extensions_are_ours
 
-from pycudadrv import _errors, _device, _stream, _event, _host, _memory, _interop, _marshal, _kernel, _launch, _module, _graph
+from pycudadrv import _errors, _device, _stream, _event, _host, _memory, _interop, _marshal, _kernel, _launch, _prepared, _module, _graph
 from pycudadrv import _sequence, _loops, _env
 from pycudadrv import nvrtc, link, triton, timestamps, dispatch, bench, profile, queue, aio, nvtx  # noqa: F401
 from pycudadrv import _builder  # noqa: F401
@@ -66,6 +66,7 @@ from pycudadrv._interop import *  # noqa: F401,F403
 from pycudadrv._marshal import *  # noqa: F401,F403
 from pycudadrv._kernel import *  # noqa: F401,F403
 from pycudadrv._launch import *  # noqa: F401,F403
+from pycudadrv._prepared import PreparedLaunch as PreparedLaunch
 from pycudadrv._module import *  # noqa: F401,F403
 from pycudadrv._graph import *  # noqa: F401,F403
 from pycudadrv._sequence import *  # noqa: F401,F403
@@ -83,7 +84,7 @@ from pycudadrv._version import __version__ as __version__
 from pycudadrv.config import show_config as show_config
 
 __all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_event.__all__, *_host.__all__,
-                  *_memory.__all__, *_interop.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_module.__all__,
+                  *_memory.__all__, *_interop.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_prepared.__all__, *_module.__all__,
                   *_graph.__all__, *_sequence.__all__, *_loops.__all__, *_builder.__all__, *nvrtc.__all__, *link.__all__, *timestamps.__all__,
                   *queue.__all__,
                   "Dispatch", "Encoder", "DeviceInfo", "BufferUsages", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "from_triton", "TritonKernel",

@@ -4,7 +4,8 @@ from typing import Any
 
 from typing_extensions import Self, disjoint_base
 
-from pycudadrv._launch import Function, LaunchConfig, PreparedLaunch, _KernelArg
+from pycudadrv._launch import Function, LaunchConfig, _KernelArg
+from pycudadrv._prepared import PreparedLaunch
 from pycudadrv._memory import Buffer, _SupportsCudaArrayInterface, _SupportsDLPack
 from pycudadrv._stream import Stream, _StreamLike
 from pycudadrv.aio import GpuFuture

@@ -18,7 +18,8 @@ from pycudadrv._marshal cimport (ParamLayout, ParamSpec, pack_arg, infer_layout,
                                  pycudadrv_arena_init, pycudadrv_arena_release, pycudadrv_arena_layout,
                                  pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
                                  pycudadrv_arena_is_spilled, ANY, INT, UINT, INTEGER, FLOAT, BYTES)
-from pycudadrv._launch cimport Function, LaunchConfig, issue_launch, is_foreign_memory
+from pycudadrv._launch cimport Function, LaunchConfig, issue_launch
+from pycudadrv._interop cimport is_foreign_memory
 
 import numpy as np
 from pycudadrv import _signature, aio

@@ -80,18 +80,6 @@ def bind(dict addresses):
     _bound = True
 
 
-def is_bound():
-    """Whether :func:`bind` has run."""
-    return _bound
-
-
-def bound_version():
-    """``cudnnGetVersion()`` of the bound library (e.g. 92801 for 9.28.1)."""
-    if not _bound:
-        raise CudnnUnavailableError("cuDNN is not loaded")
-    return _api.GetVersion()
-
-
 # cuDNN calls and their errors (_status_name, _error, _ok, _set, _create): _cudnn_build.pxi.
 
 cdef inline bint _overlaps(Buffer x, Buffer y) noexcept:

@@ -15,7 +15,8 @@ from pycudadrv._alloc cimport Allocation
 from pycudadrv._memory cimport Buffer
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal, infer_layout, pycudadrv_arena,
                                  pycudadrv_arena_init, pycudadrv_arena_release)
-from pycudadrv._launch cimport Function, launch_releases_gil, is_foreign_memory
+from pycudadrv._launch cimport Function, launch_releases_gil
+from pycudadrv._interop cimport is_foreign_memory
 from pycudadrv._interop cimport take_dlpack_owners
 from pycudadrv._host cimport keep_until_done
 from pycudadrv._kernel cimport KernelBase

@@ -127,18 +127,6 @@ cdef object param_modes(object params)
 cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_ssize_t n, object s, dict kw,
                      dict lane_kw) except -1
 
-# Queue.launch's own arguments, sorted out of a METH_FASTCALL call (borrowed from the caller's array).
-ctypedef struct LaunchKeywords:
-    PyObject* head[3]              # fn, grid, block (NULL: not given)
-    PyObject* reads
-    PyObject* writes
-    PyObject* stream
-    bint timed
-# Fill `kw` from argv[0:nargs] and the values of `kwnames`; returns the other keywords (Function.launch's),
-# or None. ArgumentTypeError for a missing fn/grid/block or one given twice.
-cdef dict launch_keywords(LaunchKeywords* kw, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames)
-# Install `meth` (METH_FASTCALL | METH_KEYWORDS) as method `name` of `t`, with docstring `doc`.
-cdef int install_fastcall(type t, bytes name, void* meth, bytes doc) except -1
 # When a Queue next checks which submissions completed: `every` submissions after the last check (`base`,
 # RETIRE_EVERY per stream asked up to `pool` streams, after a check that found work done and work running;
 # up to 4 times it while checks find all of it done, up to 16 times while they find none done); `found`:

@@ -11,14 +11,12 @@ from libc.stdint cimport uint64_t
 from libc.stdlib cimport realloc, free
 from libc.string cimport memset
 from pycudadrv._cuda cimport *
-from pycudadrv._vcall cimport PyMethodDef, METH_FASTCALL, METH_KEYWORDS, pycudadrv_install_method
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
 from pycudadrv._event cimport Event, query_now
-from pycudadrv._launch cimport Function, launch_vector, vec_tuple, flag_arg
+from pycudadrv._launch cimport Function, launch_items, vec_tuple, flag_arg
 from pycudadrv._marshal cimport POINTER
 from cpython.ref cimport PyObject
-from cpython.mem cimport PyMem_Malloc
 
 from pycudadrv._errors import ArgumentTypeError, CaptureError, CudaError, StateError
 from pycudadrv._uninit import missing
@@ -475,26 +473,12 @@ cdef bint stream_closed(object st) except -1:
     return bool(st.closed)
 
 
-# The keyword a launch's stream goes by (Function.launch is called from C: pycudadrv._launch.launch_vector).
-cdef tuple _STREAM_KW = ("stream",)
-
-cdef enum:
-    _VECTOR_MAX = 64        # launches with more arguments build a tuple instead
-
-
 cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_ssize_t n, object s, dict kw,
                      dict lane_kw) except -1:
     """``fn.launch(grid, block, *items[0:n], stream=s, **kw)``: for a Function and no other keyword, the
-    C entry of Function.launch over an array on the C stack (no argument tuple, no keyword dict)."""
-    cdef PyObject* vec[_VECTOR_MAX + 3]
-    cdef Py_ssize_t k
-    if type(fn) is Function and not kw and n <= _VECTOR_MAX:
-        vec[0] = <PyObject*>grid
-        vec[1] = <PyObject*>block
-        for k in range(n):
-            vec[2 + k] = items[k]          # borrowed: the caller holds them for the call
-        vec[2 + n] = <PyObject*>s
-        launch_vector(<Function>fn, vec, 2 + n, <PyObject*>_STREAM_KW)
+    C entry of Function.launch over the caller's array (no argument tuple, no keyword dict)."""
+    if type(fn) is Function and not kw:
+        launch_items(<Function>fn, grid, block, items, n, 0, s, None)
         return 0
     if kw:
         kw = dict(kw)
@@ -503,6 +487,7 @@ cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_
         kw = lane_kw
     fn.launch(grid, block, *vec_tuple(items, n), **kw)
     return 0
+
 
 cdef int retire_every(list lanes, _EventPool events, RetireClock* clock) except -1:
     """The periodic completion check of a Queue: retire what completed on every stream with work in flight
@@ -550,64 +535,6 @@ cdef int let_go(list lanes) except -1:
         lane.head = 0
         lane.tail0 = lane.tail1 = lane.dep = None
     return 0
-
-
-cdef extern from *:
-    Py_ssize_t _tuple_size "PyTuple_GET_SIZE"(PyObject* t)
-    PyObject* _tuple_get "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i)
-
-
-cdef list _installed = []       # the names and docstrings install_fastcall points the method tables at
-
-
-cdef int install_fastcall(type t, bytes name, void* meth, bytes doc) except -1:
-    cdef PyMethodDef* d = <PyMethodDef*>PyMem_Malloc(sizeof(PyMethodDef))   # lives as long as the type
-    if d == NULL:
-        raise MemoryError("method table")
-    _installed.append((name, doc))
-    d.ml_name = name
-    d.ml_meth = meth
-    d.ml_flags = METH_FASTCALL | METH_KEYWORDS
-    d.ml_doc = doc
-    return pycudadrv_install_method(t, d)
-
-
-cdef dict launch_keywords(LaunchKeywords* kw, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
-    """Sort Queue.launch's arguments (METH_FASTCALL: ``argv[0:nargs]`` positional, then a value per name of
-    ``kwnames``) into ``kw`` (borrowed pointers); returns the keywords left for Function.launch (a new dict),
-    or None."""
-    cdef Py_ssize_t j, k
-    cdef object key
-    cdef dict rest = None
-    for k in range(3):
-        kw.head[k] = argv[k] if k < nargs else NULL
-    kw.reads = kw.writes = kw.stream = <PyObject*>None
-    kw.timed = False
-    if kwnames != NULL:
-        for j in range(_tuple_size(kwnames)):
-            key = <object>_tuple_get(kwnames, j)
-            if key == "stream":
-                kw.stream = argv[nargs + j]
-            elif key == "reads":
-                kw.reads = argv[nargs + j]
-            elif key == "writes":
-                kw.writes = argv[nargs + j]
-            elif key == "timed":
-                kw.timed = flag_arg(<object>argv[nargs + j], "timed", "Queue.launch")
-            elif key == "fn" or key == "grid" or key == "block":
-                k = 0 if key == "fn" else (1 if key == "grid" else 2)
-                if kw.head[k] != NULL:
-                    raise ArgumentTypeError(f"Queue.launch() got multiple values for argument '{key}'")
-                kw.head[k] = argv[nargs + j]
-            else:
-                if rest is None:
-                    rest = {}
-                rest[key] = <object>argv[nargs + j]      # Function.launch's keywords, judged there
-    if kw.head[0] == NULL or kw.head[1] == NULL or kw.head[2] == NULL:
-        raise ArgumentTypeError(f"Queue.launch() takes at least 3 arguments (fn, grid, block), {nargs} given "
-                                "positionally: q.launch(fn, grid, block, *args, reads=None, writes=None, "
-                                "stream=None, timed=False, **launch_kw)")
-    return rest
 
 
 cdef object param_modes(object params):

@@ -39,3 +39,10 @@ cdef tuple take_dlpack_owners(Py_ssize_t keep=*)
 # strided array (no negative stride) gives a raw-bytes Buffer over the bytes it spans from its
 # data pointer, its producer ordered as asbuffer orders it.
 cdef Buffer cai_buffer(object obj, object cai, object device, bint strided, str who)
+
+# A Buffer, None or a scalar: an argument that is not another library's array.
+cdef bint is_own_value(object a)
+# Another library's array given as it is (CAI or DLPack; not a Buffer, None or a scalar).
+cdef bint is_foreign_memory(object a)
+# An array that exports __dlpack__ but no __cuda_array_interface__ (JAX, some PyTorch uses).
+cdef bint is_dlpack_only(object a) except -1

@@ -459,3 +459,28 @@ def data_pointer(obj, *, bint strided=False):
         raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} is strided (strides {tuple(cai['strides'])}); "
                                 "pass strided=True if the kernel handles the strides")
     return ptr
+
+
+cdef bint is_own_value(object a):
+    """A Buffer, None or a scalar: an argument that is not another library's array."""
+    return a is None or type(a) is Buffer or isinstance(a, (int, float, complex, bytes, bytearray, memoryview,
+                                                            np.generic))
+
+
+cdef bint is_foreign_memory(object a):
+    """Another library's array given as it is (not a Buffer, not a scalar)."""
+    if is_own_value(a):
+        return False
+    return read_cai(a) is not None or hasattr(a, "__dlpack__")
+
+
+cdef bint is_dlpack_only(object a) except -1:
+    """An array that exports __dlpack__ but no __cuda_array_interface__ (JAX, some PyTorch uses)."""
+    if is_own_value(a):
+        return False
+    try:
+        if read_cai(a) is not None:
+            return False
+    except ArgumentTypeError:
+        return False          # pack_arg reports it, naming the parameter
+    return hasattr(a, "__dlpack__")

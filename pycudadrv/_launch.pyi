@@ -10,10 +10,11 @@ from pycudadrv._kernel import KernelBase, _Dims
 from pycudadrv._memory import Buffer, _SupportsCudaArrayInterface, _SupportsDLPack
 from pycudadrv._module import Module
 from pycudadrv._builder import LaunchBuilder
+from pycudadrv._prepared import PreparedLaunch
 from pycudadrv._signature import Param
 from pycudadrv._stream import Stream, _StreamLike
 
-__all__ = ['Function', 'LaunchConfig', 'PreparedLaunch', 'set_release_gil', 'get_release_gil', 'set_launch_hook', 'get_launch_hook']
+__all__ = ['Function', 'LaunchConfig', 'set_release_gil', 'get_release_gil', 'set_launch_hook', 'get_launch_hook']
 
 #: A value accepted for one kernel parameter (see docs/kernel-parameters.md).
 _KernelArg: TypeAlias = (
@@ -155,61 +156,5 @@ class Function(KernelBase):
         programmatic_dependent: bool = False,
     ) -> LaunchBuilder: ...
 
-@disjoint_base
-class PreparedLaunch:
-    """A launch of one kernel with its configuration and argument storage
-    prepared once (``fn.bind(grid, block, *args, ...)``)."""
-
-    def __init__(
-        self,
-        fn: Function,
-        grid: _Dims,
-        block: _Dims,
-        *args: _KernelArg,
-        shared_mem_bytes: int = 0,
-        stream: _StreamLike | None = None,
-        cooperative: bool = False,
-        cluster: _Dims | None = None,
-        programmatic_dependent: bool = False,
-    ) -> None: ...
-    def __call__(self, *args: _KernelArg) -> None: ...
-    def launch(self) -> None: ...
-    def launch_on(self, stream: _StreamLike) -> None: ...
-    def launch_timed_ns(self) -> int: ...
-    def launch_timed(self) -> int: ...
-    def set_arg(self, index: int, value: _KernelArg) -> None: ...
-    @property
-    def function(self) -> Function: ...
-    @property
-    def stream(self) -> Stream: ...
-    @property
-    def config(self) -> LaunchConfig: ...
-    @property
-    def args(self) -> tuple[_KernelArg, ...] | None: ...
-    def param_bytes(self) -> list[bytes]: ...
-    @property
-    def spilled(self) -> bool: ...
-
 def _timed(s: Stream, launch: Any, *args: Any, **kwargs: Any) -> int: ...
 def _first_diff_for_tests(a: list[Any], b: list[Any], start: int) -> tuple[int, int]: ...
-def _dict_calls_for_tests(fn: Function) -> bool: ...
-
-@disjoint_base
-class TritonLaunchBase:
-    """The launch half of :class:`pycudadrv.triton.TritonKernel` (internal base class)."""
-
-    def _init_fast(
-        self,
-        fn: Function | None,
-        src_all: Sequence[int],
-        src_rt: Sequence[int],
-        n_all: int,
-        n_rt: int,
-        div16: Sequence[int],
-        div16_int: Sequence[int],
-        const_pos: Sequence[int],
-        const_want: Sequence[Any],
-        const_simple: Sequence[bool],
-    ) -> None: ...
-    def launch(self, grid: Any, *args: Any, stream: Any = None) -> None: ...
-    def __getitem__(self, grid: Any) -> Any: ...

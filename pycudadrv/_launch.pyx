@@ -1,6 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Kernel launches: Function (generic launches), LaunchConfig (validated once),
-PreparedLaunch (fn.bind), and the one call site of cuLaunchKernel(Ex)."""
+"""Kernel launches: Function and its generic launch (``fn.launch``), LaunchConfig (validated
+once), the launch hook and GIL switch, and issue_launch: the call site of cuLaunchKernel(Ex) every
+launch kind goes through (the common case inlined as launch_now). PreparedLaunch is in _prepared,
+Triton's launch in _tritonlaunch."""
 cimport cython
 from libc.stdint cimport uint32_t, uintptr_t
 from libc.stdlib cimport malloc, calloc, free
@@ -9,9 +11,6 @@ from cpython.object cimport PyObject
 from libc.string cimport memcpy, memset
 
 from pycudadrv._cuda cimport *
-from pycudadrv._vcall cimport (pycudadrv_enable_vectorcall, pycudadrv_vectorcall_nargs, pycudadrv_set_call,
-                               pycudadrv_set_method_descriptor, pycudadrv_set_type_attr, pycudadrv_tuple_items,
-                               pycudadrv_disallow_instantiation, pycudadrv_is_caller_constant)
 from pycudadrv._driver cimport driver, check, make_error, Lifetime
 from pycudadrv._driver_api cimport pycudadrv_driver_api
 from pycudadrv._device cimport Device, make_current
@@ -35,7 +34,7 @@ from pycudadrv._interop import asbuffer
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, ArgumentIndexError, ClosedError,
                                NotSupportedError, StateError)
 
-__all__ = ["Function", "LaunchConfig", "PreparedLaunch", "set_release_gil", "get_release_gil", "set_launch_hook",
+__all__ = ["Function", "LaunchConfig", "set_release_gil", "get_release_gil", "set_launch_hook",
            "get_launch_hook"]
 
 # Launches hold the GIL by default: releasing and re-taking it costs more than a
@@ -193,7 +192,7 @@ cdef inline int _launch_plain(pycudadrv_driver_api* d, Function fn, const unsign
     return 0
 
 
-cdef inline int launch_now(pycudadrv_driver_api* d, Function fn, const unsigned int* grid,
+cdef int launch_now(pycudadrv_driver_api* d, Function fn, const unsigned int* grid,
                            const unsigned int* block, unsigned int shmem, Stream s, void** kp, LaunchConfig lc,
                            object args, PyObject** items=NULL, Py_ssize_t nitems=0) except -1:
     """Make the function's context current and launch (issue_launch), the common launch inlined at
@@ -360,6 +359,11 @@ cdef class LaunchConfig:
                 f"{' cooperative' if self.cooperative else ''}{' pdl' if self.programmatic else ''}>")
 
 
+cdef extern from *:
+    PyObject** _seq_items "PySequence_Fast_ITEMS"(object t)       # a tuple's items (borrowed)
+    PyObject** _tuple_items "PySequence_Fast_ITEMS"(tuple t)
+
+
 @cython.no_gc_clear
 cdef class Function(KernelBase):
     """A kernel entry point of a loaded Module (``cuModuleGetFunction``).
@@ -449,8 +453,62 @@ cdef class Function(KernelBase):
         """The ``CUfunction`` as an int."""
         return <uintptr_t>self._handle
 
-    # launch(grid, block, *args, ...) is launch_vector below, called through the descriptor of
-    # _launchmethod.pxi: the arguments are read in place from the caller's array (or tuple).
+    def launch(self, grid, block, *args, shared_mem_bytes=0, stream=None, cooperative=False, cluster=None,
+               programmatic_dependent=False):
+        """Launch the kernel (``cuLaunchKernel``; ``cuLaunchKernelEx`` when a
+        launch attribute is asked for, or the stream's capture joins kernels by PDL).
+
+        Parameters
+        ----------
+        grid, block : int or tuple of 1-3 ints
+            Grid size in blocks; block size in threads. Checked against the
+            device (block x/y/z, grid x/y/z, 65,535 in y and z) and the
+            kernel's MAX_THREADS_PER_BLOCK before any driver call.
+        *args
+            One value per kernel parameter: Buffer or view (device pointer),
+            None (null pointer), numpy scalars (bit-for-bit; the width must
+            match), Python int/float/complex/bool (take the parameter's width),
+            bytes-like or structured numpy scalars for structs, any object with
+            ``__cuda_array_interface__`` or ``__dlpack__`` (C-contiguous only).
+        shared_mem_bytes : int
+            Dynamic shared memory per block in bytes. Above the default 48 KB
+            the kernel's max-dynamic-shared-size attribute is raised
+            automatically up to the opt-in limit minus static shared memory.
+        stream : Stream, optional
+            Defaults to the device's default stream (owned, non-blocking).
+        cooperative, cluster, programmatic_dependent
+            Launch attributes (``cuLaunchKernelEx``): cooperative launch,
+            thread-block cluster dimensions, programmatic dependent launch
+            (clusters and PDL need compute capability 9.0+).
+
+        Raises
+        ------
+        ArgumentTypeError
+            Wrong argument count, a value of the wrong kind or width, an
+            integer out of the parameter's range (its width is part of its
+            type), strided memory (message names the kernel, the parameter
+            index, its size and the value).
+        ArgumentValueError
+            Grid/block/shared memory beyond the limits (names the limit).
+        ClosedError
+            A Buffer argument (or the module) was closed.
+        NotSupportedError
+            Clusters or PDL below compute capability 9.0.
+        CudaError
+            The driver rejected the launch (names kernel, grid, block, shared
+            memory and the arguments).
+        """
+        cdef unsigned int shmem = 0
+        cdef LaunchConfig lc = None
+        if not isinstance(self, Function):      # Function.launch(x, ...): Cython does not check x's type
+            raise ArgumentTypeError(f"Function.launch(fn, grid, block, *args, ...) needs a Function first, got "
+                                    f"{type(self).__name__}")
+        if shared_mem_bytes is not 0:
+            shmem = shared_mem_arg(shared_mem_bytes, f"kernel '{self.name}'")
+        if cluster is not None or cooperative is not False or programmatic_dependent is not False:
+            lc = LaunchConfig(self, grid, block, shmem, cooperative=cooperative, cluster=cluster,
+                              programmatic_dependent=programmatic_dependent)      # checked once, here
+        return launch_items(self, grid, block, _tuple_items(args), len(args), shmem, stream, lc)
 
     def __call__(self, grid, block, *args, **kwargs):
         """Same as :meth:`launch`."""
@@ -478,6 +536,7 @@ cdef class Function(KernelBase):
         validated once here; ``args`` (optional) are bound now. Raises as
         :meth:`launch`.
         """
+        from pycudadrv._prepared import PreparedLaunch      # upward: prepared launches are built on this module
         return PreparedLaunch(self, grid, block, *args, shared_mem_bytes=shared_mem_bytes, stream=stream,
                               cooperative=cooperative, cluster=cluster,
                               programmatic_dependent=programmatic_dependent)
@@ -502,10 +561,6 @@ cdef class Function(KernelBase):
 
 
 
-cdef extern from *:
-    PyObject** _seq_items "PySequence_Fast_ITEMS"(object t)       # a tuple's items (borrowed)
-    Py_ssize_t _tuple_size "PyTuple_GET_SIZE"(PyObject* t)
-    PyObject* _tuple_get "PyTuple_GET_ITEM"(PyObject* t, Py_ssize_t i)
 
 
 cdef tuple vec_tuple(PyObject** items, Py_ssize_t n):
@@ -519,127 +574,43 @@ cdef tuple _args_of(object args, PyObject** items, Py_ssize_t n):
     return tuple(args) if items == NULL else vec_tuple(items, n)
 
 
-cdef struct _LaunchKw:
-    unsigned int shared_mem_bytes
-    PyObject* stream
-    PyObject* grid
-    PyObject* block
-    PyObject* cluster
-    bint cooperative
-    bint programmatic_dependent
-    bint attrs                  # cooperative, cluster or programmatic_dependent given
-
-
-cdef int _launch_keyword(Function fn, _LaunchKw* kw, object key, PyObject* value) except -1:
-    """One keyword of Function.launch: `key` (a str) given `value` (borrowed: the caller's)."""
-    cdef object v = <object>value
-    if key == "stream":
-        kw.stream = value
-    elif key == "shared_mem_bytes":
-        kw.shared_mem_bytes = shared_mem_arg(v, f"kernel '{fn.name}'")
-    elif key == "cooperative":
-        kw.cooperative = flag_arg(v, "cooperative", f"kernel '{fn.name}'")
-        kw.attrs = True
-    elif key == "cluster":
-        kw.cluster = value
-        kw.attrs = True
-    elif key == "programmatic_dependent":
-        kw.programmatic_dependent = flag_arg(v, "programmatic_dependent", f"kernel '{fn.name}'")
-        kw.attrs = True
-    elif key == "grid" and kw.grid == NULL:
-        kw.grid = value
-    elif key == "block" and kw.block == NULL:
-        kw.block = value
-    elif key == "grid" or key == "block":
-        raise ArgumentTypeError(f"launch() got multiple values for argument '{key}'")
-    else:
-        raise ArgumentTypeError(f"launch() got an unexpected keyword argument '{key}'")
-    return 0
-
-
-cdef int _launch_keywords(Function fn, _LaunchKw* kw, PyObject** values, PyObject* kwnames) except -1:
-    """The keywords of Function.launch (names in `kwnames`, values after the positional ones)."""
-    cdef Py_ssize_t j
-    for j in range(_tuple_size(kwnames)):
-        _launch_keyword(fn, kw, <object>_tuple_get(kwnames, j), values[j])
-    return 0
-
-
-cdef inline void _launch_kw_init(_LaunchKw* kw, PyObject** argv, Py_ssize_t nargs) noexcept:
-    """No keywords yet: grid and block from the first two positional arguments, if given."""
-    kw.shared_mem_bytes = 0
-    kw.stream = kw.cluster = NULL
-    kw.grid = argv[0] if nargs >= 1 else NULL
-    kw.block = argv[1] if nargs >= 2 else NULL
-    kw.cooperative = kw.programmatic_dependent = kw.attrs = False
-
-
-cdef str _KW_STREAM = "stream"      # interned, as the names of a caller's keywords are
-
-
-cdef object launch_vector(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
-    """Function.launch(grid, block, *args, **keywords) from a vectorcall (the descriptor's, the bound
-    method's, the Queue's launch): the kernel's arguments are read from the caller's array in place,
-    a value per name of `kwnames` after the positional ones."""
-    return _launch_run(fn, argv, nargs, kwnames, NULL)
-
-
-cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames, PyObject* kwdict):
-    """The launch: positional arguments `argv[0:nargs]`, grid and block first (unless given as
-    keywords), then keywords named by `kwnames` (values after the positional ones) or the dict
-    `kwdict` (or neither: both NULL); all borrowed from the caller for the call's length."""
-    cdef _LaunchKw kw
+cdef object launch_items(Function fn, object grid, object block, PyObject** items, Py_ssize_t n,
+                         unsigned int shmem, object stream, LaunchConfig lc):
+    """The generic launch: ``fn`` over ``items[0:n]`` (borrowed from the caller for the call's length:
+    the argument tuple of :meth:`Function.launch`, or the Queue's array), on ``stream`` (None: the
+    function's device's default stream). ``lc``: a LaunchConfig of the same grid, block and shared
+    memory when a launch attribute was asked for (then cuLaunchKernelEx), else None."""
     cdef unsigned int g[3]
     cdef unsigned int b[3]
     cdef Stream s
     cdef ParamLayout lay = fn.layout
-    cdef PyObject** items = argv + 2
-    cdef Py_ssize_t n = nargs - 2
     cdef void** kp
-    cdef LaunchConfig lc = None
-    cdef object held                # a dict call's values, kept alive while the launch runs
     cdef Py_ssize_t mark            # this thread's DLPack exports taken before this launch packs
     cdef bint launched
-    _launch_kw_init(&kw, argv, nargs)
-    if kwnames != NULL:
-        if _tuple_size(kwnames) == 1 and _tuple_get(kwnames, 0) == <PyObject*>_KW_STREAM:
-            kw.stream = argv[nargs]         # stream= alone (the caller's interned name: one compare)
-        else:
-            _launch_keywords(fn, &kw, argv + nargs, kwnames)
-    elif kwdict != NULL:
-        held = _launch_dict_keywords(fn, &kw, kwdict)     # the values read, owned for the call
-    if kw.grid == NULL or kw.block == NULL:
-        raise ArgumentTypeError(f"launch() takes at least 2 positional arguments ({nargs} given): "
-                                f"fn.launch(grid, block, *args, shared_mem_bytes=0, stream=None, ...)")
-    if n < 0:
-        items, n = argv + nargs, 0          # grid and block given as keywords
     if fn._module_life.ended:
         fn.ensure_loaded()
-    if kw.attrs:
-        lc = LaunchConfig(fn, <object>kw.grid, <object>kw.block, kw.shared_mem_bytes, cooperative=kw.cooperative,
-                          cluster=None if kw.cluster == NULL else <object>kw.cluster,
-                          programmatic_dependent=kw.programmatic_dependent)
+    if lc is not None:
         memcpy(g, lc.grid, sizeof(g))
         memcpy(b, lc.block, sizeof(b))
     else:
-        launch_dims(<object>kw.grid, g, "grid")
-        launch_dims(<object>kw.block, b, "block")
+        launch_dims(grid, g, "grid")
+        launch_dims(block, b, "block")
         if (g[0] != fn._ok_grid[0] or g[1] != fn._ok_grid[1] or g[2] != fn._ok_grid[2] or
                 b[0] != fn._ok_block[0] or b[1] != fn._ok_block[1] or b[2] != fn._ok_block[2] or
-                kw.shared_mem_bytes != fn._ok_shmem):
-            validate_config(fn, g, b, kw.shared_mem_bytes)
+                shmem != fn._ok_shmem):
+            validate_config(fn, g, b, shmem)
             memcpy(fn._ok_grid, g, sizeof(g))         # the configuration last validated: the next
             memcpy(fn._ok_block, b, sizeof(b))        # identical launch skips the checks
-            fn._ok_shmem = kw.shared_mem_bytes
+            fn._ok_shmem = shmem
     if lay.n >= 0 and n != lay.n:
         raise ArgumentTypeError(f"kernel '{fn.name}' takes {lay.n} arguments "
                                 f"({_signature.format_layout(lay.params)}), {n} given")
-    if kw.stream == NULL or kw.stream == <PyObject*>None:
+    if stream is None:
         s = fn._default_stream
         if s is None:
             s = fn._default_stream = <Stream>fn.device.default_stream
     else:
-        s = resolve_stream(<object>kw.stream, fn.device)
+        s = resolve_stream(stream, fn.device)
     if s._closed:
         s.ensure_open()
     if lay.n >= 0 and not _release_gil and not fn._busy:
@@ -654,7 +625,7 @@ cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject
         launched = False            # (a flag, not an except clause: that would save the exception state)
         try:
             kp = marshal_cached(&fn._arena, lay, items, n, &fn._args, s)
-            launch_now(driver(), fn, g, b, kw.shared_mem_bytes, s, kp, lc, None, items, n)
+            launch_now(driver(), fn, g, b, shmem, s, kp, lc, None, items, n)
             launched = True
         finally:
             fn._busy = False
@@ -663,7 +634,7 @@ cdef object _launch_run(Function fn, PyObject** argv, Py_ssize_t nargs, PyObject
         if _dl_owners:
             settle_dlpack_owners(s, mark)   # a DLPack argument's export lives until the kernel has run
         return None
-    _launch_apart(fn, g, b, kw.shared_mem_bytes, s, lc, vec_tuple(items, n))
+    _launch_apart(fn, g, b, shmem, s, lc, vec_tuple(items, n))
     return None
 
 
@@ -733,55 +704,6 @@ cdef int _launch_apart(Function fn, unsigned int* g, unsigned int* b, unsigned i
     return 0
 
 
-_LAUNCH_DOC_TEXT = (Function.__name__ + ".launch(self, grid, block, *args, unsigned int shared_mem_bytes=0, stream=None, "
-               "bool cooperative=False, cluster=None, bool programmatic_dependent=False)\n\n" + """Launch the kernel (``cuLaunchKernel``; ``cuLaunchKernelEx`` when a
-launch attribute is asked for, or the stream's capture joins kernels by PDL).
-
-Parameters
-----------
-grid, block : int or tuple of 1-3 ints
-    Grid size in blocks; block size in threads. Checked against the
-    device (block x/y/z, grid x/y/z, 65,535 in y and z) and the
-    kernel's MAX_THREADS_PER_BLOCK before any driver call.
-*args
-    One value per kernel parameter: Buffer or view (device pointer),
-    None (null pointer), numpy scalars (bit-for-bit; the width must
-    match), Python int/float/complex/bool (take the parameter's width),
-    bytes-like or structured numpy scalars for structs, any object with
-    ``__cuda_array_interface__`` or ``__dlpack__`` (C-contiguous only).
-shared_mem_bytes : int
-    Dynamic shared memory per block in bytes. Above the default 48 KB
-    the kernel's max-dynamic-shared-size attribute is raised
-    automatically up to the opt-in limit minus static shared memory.
-stream : Stream, optional
-    Defaults to the device's default stream (owned, non-blocking).
-cooperative, cluster, programmatic_dependent
-    Launch attributes (``cuLaunchKernelEx``): cooperative launch,
-    thread-block cluster dimensions, programmatic dependent launch
-    (clusters and PDL need compute capability 9.0+).
-
-Raises
-------
-ArgumentTypeError
-    Wrong argument count, a value of the wrong kind or width, an
-    integer out of the parameter's range (its width is part of its
-    type), strided memory (message names the kernel, the parameter
-    index, its size and the value).
-ArgumentValueError
-    Grid/block/shared memory beyond the limits (names the limit).
-ClosedError
-    A Buffer argument (or the module) was closed.
-NotSupportedError
-    Clusters or PDL below compute capability 9.0.
-CudaError
-    The driver rejected the launch (names kernel, grid, block, shared
-    memory and the arguments).
-""")
 
 
-include "_launchmethod.pxi"
-_install_launch()
-
-include "_prepared.pxi"
-include "_mapped.pxi"
 

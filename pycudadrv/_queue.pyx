@@ -16,7 +16,8 @@ from cpython.object cimport PyObject
 from cpython.pythread cimport PyThread_get_thread_ident
 from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
-from pycudadrv._launch cimport Function, PreparedLaunch, vec_tuple, flag_arg
+from pycudadrv._launch cimport Function, vec_tuple, flag_arg
+from pycudadrv._prepared cimport PreparedLaunch
 from pycudadrv._marshal cimport ParamLayout
 from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
@@ -24,8 +25,8 @@ from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, po
                                  K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL, want_serial, known_done,
                                  new_lane, in_flight, pending_of, retire_to, seen, set_seen, forget_seen,
                                  alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
-                                 stream_idle, wait_stream, stream_closed, LaunchKeywords,
-                                 launch_keywords, install_fastcall, RETIRE_EVERY, retire_every, let_go)
+                                 stream_idle, wait_stream, stream_closed,
+                                 RETIRE_EVERY, retire_every, let_go)
 
 cdef extern from *:
     PyObject** _list_items "PySequence_Fast_ITEMS"(object seq)     # a list's or tuple's items (borrowed)
@@ -600,7 +601,37 @@ cdef class QueueCore:
         if sp is not None:
             (self._t0 if self._m == 0 else self._t1).commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub, NULL)
 
-    # -- submitting kernels (launch: _queue_launch below, a METH_FASTCALL method) ----------------------
+    # -- submitting kernels ----------------------------------------------------------------------
+    def launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, timed=False, **launch_kw):
+        """Launch ``fn`` (as :meth:`Function.launch`, which takes ``launch_kw``: ``shared_mem_bytes``,
+        ``cooperative``, ``cluster``, ...) on a stream of the pool, after the work it depends on; returns
+        its :class:`Submission`.
+
+        ``reads`` / ``writes``: Buffers, views or CAI objects (or one of them) that the kernel reads /
+        writes; they override what the parameter layout says about the same memory and add memory the
+        arguments do not show. ``timed=True`` records a timing event before and after it
+        (:meth:`Submission.elapsed_ms`). Raises ArgumentTypeError without ``fn``, ``grid`` and ``block``,
+        and what :meth:`Function.launch` raises; a CudaError of an earlier kernel's fault names the
+        earliest unfinished kernel."""
+        cdef bint is_timed
+        cdef str name
+        if not isinstance(self, QueueCore):     # Queue.launch(x, ...): Cython does not check x's type
+            raise ArgumentTypeError(f"Queue.launch needs a Queue first, got {type(self).__name__}")
+        is_timed = flag_arg(timed, "timed", "Queue.launch")
+        self._check("launch")
+        if type(fn) is Function:
+            name = (<Function>fn).name
+        else:
+            if isinstance(fn, PreparedLaunch):
+                raise ArgumentTypeError("Queue.launch takes a Function and its arguments; submit a "
+                                        "PreparedLaunch with Queue.submit(p)")
+            if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "name", None), str):
+                raise ArgumentTypeError(f"Queue.launch takes a Function (module.function(name)) and its "
+                                        f"arguments, got {type(fn).__name__} {fn!r:.40}")
+            name = fn.name
+        return self._submit_kernel(K_LAUNCH, fn, name, _list_items(args), len(args), "launch", reads, writes,
+                                   stream, fn, grid, block, launch_kw or None, is_timed)
+
     def submit(self, prepared, *, reads=None, writes=None, stream=None, timed=False):
         """Launch a :class:`PreparedLaunch` (with its bound arguments) on a
         stream of the pool (``PreparedLaunch.launch_on``); reads, writes and
@@ -746,40 +777,3 @@ cdef class QueueCore:
                 f"{busy} submission(s) in flight{cap}>")
 
 
-# -- QueueCore.launch: METH_FASTCALL ------------------------------------------------------------
-
-cdef object _queue_launch(object self, PyObject** argv, Py_ssize_t nargs, PyObject* kwnames):
-    """QueueCore.launch as METH_FASTCALL | METH_KEYWORDS: no argument tuple or keyword dict is made (unless
-    launch keywords are given); the kernel's arguments stay in the caller's array down to Function.launch."""
-    cdef QueueCore q = <QueueCore>self      # the method descriptor checked the type
-    cdef LaunchKeywords kw
-    cdef dict launch_kw = launch_keywords(&kw, argv, nargs, kwnames)
-    cdef object fn = <object>kw.head[0], reads = <object>kw.reads, writes = <object>kw.writes
-    cdef str name
-    q._check("launch")
-    if type(fn) is Function:
-        name = (<Function>fn).name
-    else:
-        if isinstance(fn, PreparedLaunch):
-            raise ArgumentTypeError("Queue.launch takes a Function and its arguments; submit a PreparedLaunch "
-                                    "with Queue.submit(p)")
-        if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "name", None), str):
-            raise ArgumentTypeError(f"Queue.launch takes a Function (module.function(name)) and its arguments, "
-                                    f"got {type(fn).__name__} {fn!r:.40}")
-        name = fn.name
-    return q._submit_kernel(K_LAUNCH, fn, name, argv + 3, nargs - 3 if nargs > 3 else 0, "launch", reads, writes,
-                            <object>kw.stream, fn, <object>kw.head[1], <object>kw.head[2], launch_kw, kw.timed)
-
-
-# (A "name(sig)\n--\n\n" head is the text signature CPython gives a compiled method: inspect.signature, help.)
-_QUEUE_LAUNCH_DOC = ("launch($self, fn, grid, block, *args, reads=None, writes=None, stream=None, timed=False, "
-                     "**launch_kw)\n--\n\n" + """Launch ``fn`` (as :meth:`Function.launch`, which
-takes ``launch_kw``: ``shared_mem_bytes``, ``cooperative``, ``cluster``, ...) on a stream of the pool, after
-the work it depends on; returns its :class:`Submission`.
-
-``reads`` / ``writes``: Buffers, views or CAI objects (or one of them) that the kernel reads / writes; they
-override what the parameter layout says about the same memory and add memory the arguments do not show.
-``timed=True`` records a timing event before and after it (:meth:`Submission.elapsed_ms`). Raises
-ArgumentTypeError without ``fn``, ``grid`` and ``block``, and what :meth:`Function.launch` raises; a
-CudaError of an earlier kernel's fault names the earliest unfinished kernel.""").encode()
-install_fastcall(QueueCore, b"launch", <void*>_queue_launch, _QUEUE_LAUNCH_DOC)

@@ -4,7 +4,7 @@ from typing import Any, final
 
 from typing_extensions import Self, disjoint_base
 
-from pycudadrv._launch import PreparedLaunch
+from pycudadrv._prepared import PreparedLaunch
 from pycudadrv._memory import Buffer
 from pycudadrv._event import Event
 from pycudadrv._stream import Stream, _StreamLike

@@ -13,7 +13,8 @@ from pycudadrv._stream cimport Stream, resolve_stream, captures_active
 from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
 from pycudadrv._device cimport Device
-from pycudadrv._launch cimport Function, LaunchConfig, PreparedLaunch, get_launch_hook_c
+from pycudadrv._launch cimport Function, LaunchConfig, get_launch_hook_c
+from pycudadrv._prepared cimport PreparedLaunch
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, StateError

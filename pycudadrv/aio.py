@@ -60,7 +60,7 @@ from pycudadrv._device import Device, get_current_device
 from pycudadrv._env import env_word
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, StateError
 from pycudadrv._event import Event
-from pycudadrv._launch import PreparedLaunch
+from pycudadrv._prepared import PreparedLaunch
 from pycudadrv._stream import Stream
 from pycudadrv._uninit import initialised, missing
 from pycudadrv import _waiter

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, NotSupportedError
-from pycudadrv._launch import TritonLaunchBase
+from pycudadrv._tritonlaunch import TritonLaunchBase
 
 __all__ = ["from_triton", "TritonKernel", "TritonConvention", "TritonParam", "triton_convention"]
 

@@ -3,7 +3,7 @@ method fetched once, with *args, with keywords from a dict (the call CPython mak
 a dict: the bound method then takes every later call that way), through functools.partial, and
 unbound as Function.launch(fn, ...). Each shape twice, one after another on one Function and on a
 fresh one, checked against NumPy float64 on fresh random input with poisoned outputs; the errors
-of the dict path name the keyword. (pycudadrv/_launchmethod.pxi)"""
+of every path name the keyword. (Function.launch in pycudadrv/_launch.pyx)"""
 import functools
 import inspect
 
@@ -197,13 +197,13 @@ def test_keyword_errors_name_the_keyword_on_either_path(through, rng):
         if through == "dict":
             return fn.launch(*args, **kw)
         return Function.launch(fn, *args, **kw)
-    with pytest.raises(ArgumentTypeError, match="unexpected keyword argument 'bogus'"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
         go(1, 32, y, x, 1.0, 16, bogus=1, stream=s)
-    with pytest.raises(ArgumentTypeError, match="multiple values for argument 'grid'"):
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'grid'"):
         go(1, 32, y, x, 1.0, 16, grid=2)
     with pytest.raises(ArgumentTypeError, match=r"kernel 'saxpy' takes 4 arguments"):
         go(1, 32, y, x, 1.0, stream=s)
-    with pytest.raises(ArgumentTypeError, match="at least 2 positional arguments"):
+    with pytest.raises(TypeError, match="at least 2 positional arguments"):
         go(1, stream=s)
     with pytest.raises(cd.ArgumentValueError, match="shared_mem_bytes"):
         go(1, 32, y, x, 1.0, 16, shared_mem_bytes=-1, stream=s)
@@ -223,10 +223,10 @@ def test_the_bound_method_is_bound_to_its_function():
     assert m.__doc__.startswith("Function.launch(")
 
 
-def test_the_descriptor_reads_as_a_method_and_refuses_what_is_not_a_function():
+def test_launch_is_a_method_of_function_and_refuses_what_is_not_a_function():
     d = Function.__dict__["launch"]
     assert Function.launch is d and d.__name__ == "launch" and d.__qualname__ == "Function.launch"
-    assert d.__objclass__ is Function and inspect.ismethoddescriptor(d) and callable(d)
+    assert inspect.ismethoddescriptor(d) and callable(d)
     sig = inspect.signature(Function.launch)
     assert list(sig.parameters) == ["self", "grid", "block", "args", "shared_mem_bytes", "stream", "cooperative",
                                     "cluster", "programmatic_dependent"]
@@ -234,11 +234,8 @@ def test_the_descriptor_reads_as_a_method_and_refuses_what_is_not_a_function():
     assert inspect.getdoc(Function.launch).startswith("Function.launch(self, grid, block, *args")
     with pytest.raises(ArgumentTypeError, match="needs a Function first, got object"):
         Function.launch(object(), 1, 32)
-    with pytest.raises(ArgumentTypeError, match="needs a Function first, got nothing"):
+    with pytest.raises(TypeError, match="needs an argument"):
         Function.launch()
-    with pytest.raises(ArgumentTypeError, match="does not apply to a 'int' object"):
-        d.__get__(3, int)
-    assert d.__get__(None, Function) is d
 
 
 NOT_FLAGS = ["no", "False", None, 2, -1, 1.0, [], np.int32(1)]

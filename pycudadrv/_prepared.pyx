@@ -1,30 +1,37 @@
-# PreparedLaunch, part of pycudadrv._launch (included there: it shares the
-# module's one launch call site).
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""PreparedLaunch (``fn.bind``): a kernel's launch with its configuration validated once and its
+arguments packed once into an arena of its own; each launch checks the bound buffers are open and
+calls the driver (issue_launch / launch_now of _launch)."""
+cimport cython
+from libc.stdint cimport uint32_t, uintptr_t
+from libc.stdlib cimport malloc, calloc, free
+from cpython.object cimport PyObject
+from libc.string cimport memcpy, memset
 
+from pycudadrv._cuda cimport *
+from pycudadrv._driver cimport driver, check
+from pycudadrv._device cimport Device, make_current
+from pycudadrv._stream cimport Stream, Capture, resolve_stream, active_captures
+from pycudadrv._memory cimport Buffer
+from pycudadrv._interop cimport (read_cai, is_foreign_memory, is_dlpack_only, dlpack_owners, dlpack_mark,
+                                 settle_dlpack_owners, take_dlpack_owners)
+from pycudadrv._marshal cimport (ParamLayout, ParamSpec, pack_arg, marshal, infer_layout, args_summary,
+                                 pycudadrv_arena, pycudadrv_arena_init, pycudadrv_arena_release,
+                                 pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
+                                 pycudadrv_arena_is_spilled, pycudadrv_arena_copy_slots, ANY, FLOAT, BYTES)
+from pycudadrv._launch cimport (Function, LaunchConfig, issue_launch, launch_now, flag_arg, shared_mem_arg,
+                                vec_tuple)
 
-cdef inline bint _is_own_value(object a):
-    """A Buffer, None or a scalar: an argument that is not another library's array."""
-    return a is None or type(a) is Buffer or isinstance(a, (int, float, complex, bytes, bytearray, memoryview,
-                                                            np.generic))
+import numpy as np
+from pycudadrv import _signature
+from pycudadrv._interop import asbuffer
+from pycudadrv._launch import _timed
+from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, ArgumentIndexError, ClosedError,
+                               NotSupportedError, StateError)
 
+__all__ = ["PreparedLaunch"]
 
-cdef bint is_foreign_memory(object a):
-    """Another library's array given as it is (not a Buffer, not a scalar)."""
-    if _is_own_value(a):
-        return False
-    return read_cai(a) is not None or hasattr(a, "__dlpack__")
-
-
-cdef bint _is_dlpack_only(object a):
-    """An array that exports __dlpack__ but no __cuda_array_interface__ (JAX, some PyTorch uses)."""
-    if _is_own_value(a):
-        return False
-    try:
-        if read_cai(a) is not None:
-            return False
-    except ArgumentTypeError:
-        return False          # pack_arg reports it, naming the parameter
-    return hasattr(a, "__dlpack__")
+cdef list _dl_owners = dlpack_owners()
 
 
 cdef inline bint _prepared_ready(PreparedLaunch p) noexcept:
@@ -196,7 +203,7 @@ cdef class PreparedLaunch:
         bytes and the watched Buffer are that one export, kept alive while bound (a producer
         may free an export's memory in its deleter)."""
         cdef ParamSpec* p = &self.specs[k]
-        if p.size != 8 or p.kind == FLOAT or p.kind == BYTES or not _is_dlpack_only(a):
+        if p.size != 8 or p.kind == FLOAT or p.kind == BYTES or not is_dlpack_only(a):
             return a
         try:
             return asbuffer(a, device=self.fn.device)

@@ -1,5 +1,28 @@
-# TritonLaunchBase, part of pycudadrv._launch (included there: it launches through the
-# module's one call site). The hot half of pycudadrv.triton.TritonKernel.launch.
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""TritonLaunchBase: the hot half of pycudadrv.triton.TritonKernel.launch -- Triton's launcher
+arguments mapped onto the kernel's parameters in C, per (grid, stream) plan an arena of its own,
+launched through _launch's issue_launch."""
+cimport cython
+from libc.stdlib cimport calloc, free
+from libc.stdint cimport uint32_t
+from cpython.object cimport PyObject
+
+from pycudadrv._stream cimport Stream, resolve_stream
+from pycudadrv._interop cimport dlpack_owners, settle_dlpack_owners
+from pycudadrv._marshal cimport (ParamLayout, ParamSpec, marshal_cached, pycudadrv_arena, pycudadrv_arena_init,
+                                 pycudadrv_arena_release, pycudadrv_arena_layout, pycudadrv_arena_at,
+                                 pycudadrv_argcache, pycudadrv_argcache_zero, pycudadrv_argcache_init,
+                                 pycudadrv_argcache_release)
+from pycudadrv._launch cimport Function, LaunchConfig, issue_launch, launch_releases_gil
+
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
+
+__all__ = ["TritonLaunchBase"]
+
+cdef list _dl_owners = dlpack_owners()
+
+cdef extern from *:
+    PyObject** _seq_items "PySequence_Fast_ITEMS"(object t)       # a tuple's items (borrowed)
 
 
 cdef enum:
@@ -185,7 +208,7 @@ cdef class TritonLaunchBase:
         cdef PyObject** items
         cdef unsigned char* slot
         cdef void** kp
-        if not self._fast or _release_gil or fn._busy:   # released around the driver call, the plan's arena
+        if not self._fast or launch_releases_gil() or fn._busy:   # released around the driver call, the plan's arena
             return self._launch_py(grid, args, stream)    # could be repacked by another thread; busy: a launch
         #                                                   made while this function's arguments are packed
         if n == self._n_rt:
