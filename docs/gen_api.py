@@ -47,6 +47,7 @@ SECTIONS = [
     ("Kernel parameters (marshalling)", "pycudadrv._marshal", None),
     ("Kernels", "pycudadrv._kernel", None),
     ("Launches", "pycudadrv._launch", None),
+    (None, "pycudadrv._prepared", None),
     ("Launch builder", "pycudadrv._builder", None),
     ("Modules", "pycudadrv._module", None),
     ("Graphs", "pycudadrv._graph", None),
