@@ -16,14 +16,9 @@ every row) plus the time from completion to the waiter running again.
 * **await, loop** (the default) -- ``await aio.wait(stream)`` with
   ``aio.set_completion("loop")``: the loop's own thread queries the event
   (``cuEventQuery``) once per loop iteration while it is pending.
-* **await, spin** -- ``aio.set_completion("spin")``: the device's waiter
-  thread ``cuEventSynchronize``-s the event and writes the loop's eventfd.
-* **await, blocking** -- the same thread, sleeping on a
-  ``CU_EVENT_BLOCKING_SYNC`` event recorded behind the work.
-* **await, host_func** -- a private stream waits for the event and runs a
-  host function (``cuLaunchHostFunc``) that wakes the loop.
-* **await, poll** -- the loop queries the event, ``asyncio.sleep(0)`` for
-  ``spin_us`` (200) after the last completion, then every ``interval_ms`` (1).
+* **await, blocking** -- ``aio.set_completion("blocking")``: the device's
+  waiter thread sleeps on a ``CU_EVENT_BLOCKING_SYNC`` event recorded behind
+  the work, then writes the loop's eventfd.
 * **C sync**, **C host_func+eventfd**, **C waiter+eventfd** --
   ``bench/c_await_floor.c`` (compiled in the run, called through ctypes on
   the same function, stream and events): ``cuStreamSynchronize``;
@@ -52,23 +47,23 @@ calling thread's (``time.thread_time``).
 Summary keys (at the longest kernel): ``await_resume_us_median`` /
 ``await_resume_us_p99`` and ``await_cpu_us`` (process CPU us per await) of
 the default mode; ``await_<mode>_us_median`` / ``_p99`` / ``_cpu_us`` for
-``loop``, ``spin``, ``blocking``, ``host_func``, ``poll``; ``sync_resume_us_*``;
+``loop`` and ``blocking``; ``sync_resume_us_*``;
 ``await_c_sync_us_*``, ``await_c_host_func_us_*``, ``await_c_waiter_us_*``,
 ``await_c_waiter_asyncio_us_*`` and ``await_c_waiter_cpu_us``; ``await_over_c_waiter`` (default-mode median
 over the C waiter's median; the target is <= 1.3, with
 ``await_resume_us_p99`` <= 100).
 
 ``--breakdown`` (off by default; a C flag, nothing is taken when off):
-per await sample of the channel modes, CLOCK_MONOTONIC stamps of (a) the
-waiter's ``cuEventSynchronize`` (or the host function) returning, (b) the
+per await sample of the ``"blocking"`` mode, CLOCK_MONOTONIC stamps of (a)
+the waiter's ``cuEventSynchronize`` returning, (b) the
 eventfd written (``pycudadrv._channel.Channel._timestamps``), (s) the loop's
 selector returning with events (the bench wraps ``loop._selector.select``
 while ``--breakdown`` is on), (c) the loop's reader entered, (d) the coroutine
 resumed; the medians of ``t0 -> a`` less the kernel's GPU time (launch and
 completion detection), ``a -> b``, ``b -> s`` (the loop thread's wake-up),
 ``s -> c`` (asyncio's iteration), ``c -> d`` go in
-``results[...]["breakdown"]`` and, for ``"spin"`` at the longest kernel, in
-``await_spin_breakdown_*_us`` summary keys.
+``results[...]["breakdown"]`` and, at the longest kernel, in
+``await_blocking_breakdown_*_us`` summary keys.
 
 Output: the table, ``bench/results/await_latency.json`` and ``.png``. Exit 2
 without CUDA or a C compiler.
@@ -101,13 +96,12 @@ extern "C" __global__ void spin(int* flag, long long ns) {
 }
 """
 SYNC = "blocking synchronize"
-MODE_ROWS = {"loop": "await, loop", "spin": "await, spin", "blocking": "await, blocking",
-             "host_func": "await, host_func", "poll": "await, poll"}
+MODE_ROWS = {"loop": "await, loop", "blocking": "await, blocking"}
 C_ROWS = {"C sync": 0, "C host_func+eventfd": 1, "C waiter+eventfd": 2}     # mode numbers of c_await_floor.c
 C_ASYNCIO = "C waiter+asyncio"     # the C waiter thread waking this asyncio loop through a plain add_reader
 ROWS = (SYNC, *MODE_ROWS.values(), *C_ROWS, C_ASYNCIO)
 ROW_MODE = {row: mode for mode, row in MODE_ROWS.items()}
-CHANNEL_MODES = ("spin", "blocking", "host_func")     # completions through the channel (--breakdown)
+CHANNEL_MODES = ("blocking",)     # completions through the channel (--breakdown)
 GAPS = ("launch_to_wait", "wait_to_signal", "signal_to_select", "select_to_reader", "reader_to_resume")
 
 
@@ -347,10 +341,10 @@ def main(argv=None) -> int:
         summary.update({f"await_{key}_us_median": med[row], f"await_{key}_us_p99": p99(res[row]),
                         f"await_{key}_cpu_us": mean_cpu[row]})
     summary["await_over_c_waiter"] = med[dflt] / med["C waiter+eventfd"]
-    spin_row = MODE_ROWS["spin"]
-    if breakdown is not None and spin_row in report[f"{longest:g}us"]["breakdown"]:
-        summary.update({f"await_spin_breakdown_{gap}_us": v for gap, v in
-                        report[f"{longest:g}us"]["breakdown"][spin_row].items() if gap in GAPS})
+    channel_row = MODE_ROWS["blocking"]
+    if breakdown is not None and channel_row in report[f"{longest:g}us"]["breakdown"]:
+        summary.update({f"await_blocking_breakdown_{gap}_us": v for gap, v in
+                        report[f"{longest:g}us"]["breakdown"][channel_row].items() if gap in GAPS})
     print(f"\nsummary ({longest:g} us kernel, default mode {default!r}): " +
           ", ".join(f"{k} = {v:.2f}" for k, v in summary.items()))
     data = {"summary": summary, **b.report_header()}

@@ -30,5 +30,4 @@ cdef void channel_deliver(channel_t* ch, uint64_t token, int status) noexcept no
 cdef class Channel:
     cdef channel_t* _ch
     cdef dict _waits
-    cdef object _other
     cdef object _loop

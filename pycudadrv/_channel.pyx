@@ -1,11 +1,10 @@
 # cython: language_level=3
-"""The completion channel of pycudadrv.aio's waiter modes (``"spin"``, ``"blocking"``) and of its
-``"host_func"`` mode: where C threads hand one event loop its finished waits, and that loop's reader;
-and the poller of its ``"loop"``, ``"poll"`` and ``"host_func"`` futures (:class:`LoopPoller`).
+"""The completion channel of pycudadrv.aio's ``"blocking"`` mode: where its waiter threads hand one
+event loop their finished waits, and that loop's reader; and the poller of its ``"loop"`` futures
+(:class:`LoopPoller`).
 
 A :class:`Channel` is a list of finished (token, CUresult) pairs behind a pthread mutex and an
-``eventfd(2)`` (a self-pipe where there is none). A waiter thread (``pycudadrv._waiter``) or a host
-function appends, and writes the descriptor only when the list was empty (one wake-up per batch),
+``eventfd(2)`` (a self-pipe where there is none). A waiter thread (``pycudadrv._waiter``) appends, and writes the descriptor only when the list was empty (one wake-up per batch),
 after letting the mutex go. The loop watches the descriptor once (:meth:`Channel.watch`, one
 ``loop.add_reader`` per loop); its reader :meth:`Channel.ready` drains it, finishes the awaited
 futures and steps their tasks in that same loop iteration. A channel is freed when its owner closed
@@ -15,14 +14,13 @@ it and no pending wait refers to it any more (completions arriving later are dro
 delivery) CLOCK_MONOTONIC stamps of the last wake-up, read with :meth:`Channel._timestamps`.
 """
 cimport cython
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport uint64_t
 from libc.stdlib cimport malloc, realloc, free
 from libc.string cimport memset
 from libc.errno cimport errno
 from posix.unistd cimport getpid
 from posix.types cimport pid_t
 from pycudadrv._cuda cimport *
-from pycudadrv._driver cimport driver, make_error
 from pycudadrv._event cimport query_now
 
 import os
@@ -133,18 +131,6 @@ cdef void channel_deliver(channel_t* ch, uint64_t token, int status) noexcept no
     channel_unref(ch)
 
 
-ctypedef struct host_token_t:
-    channel_t* ch            # holds one reference until the host function ran
-    uint64_t token
-
-
-cdef void host_deliver_cb(void* p) noexcept nogil:
-    """A host function (cuLaunchHostFunc) on a driver thread: hand the token over; no GIL, no CUDA."""
-    cdef host_token_t* t = <host_token_t*>p
-    channel_deliver(t.ch, t.token, 0)
-    free(t)
-
-
 @cython.final
 cdef size_t channel_swap(channel_t* ch, uint64_t** tokens, int** status) noexcept nogil:
     """Drain the descriptor and take the delivered (token, CUresult) arrays (the caller frees
@@ -168,7 +154,7 @@ cdef class Channel:
     Raises StateError (with the errno text of ``eventfd``/``pipe``) when no descriptor can be made."""
 
     # _ch; _waits: token -> the object whose _waited(status, loop, out) finishes it (watch());
-    # _other: called (token, status) for a token not in _waits; _loop: a weak reference to the loop
+    # _loop: a weak reference to the loop
 
     def __cinit__(self):
         cdef channel_t* ch = <channel_t*>malloc(sizeof(channel_t))
@@ -214,12 +200,12 @@ cdef class Channel:
             free(status)
         return out
 
-    def watch(self, loop, dict waits not None, other=None):
+    def watch(self, loop, dict waits not None):
         """Be ``loop``'s reader of this channel (registered once with ``loop.add_reader``, for
         every wait to come): :meth:`ready` finishes ``waits[token]`` (popped) of each delivered
         token through ``_waited(status, loop, out)``, which appends to the list ``out`` the
-        asyncio futures of ``loop`` to resolve, or calls ``other(token, status)`` for a token not
-        in ``waits``. The channel holds ``loop`` weakly. Raises ClosedError for a closed channel."""
+        asyncio futures of ``loop`` to resolve (a token not in ``waits`` is dropped). The channel
+        holds ``loop`` weakly. Raises ClosedError for a closed channel."""
         global _Future
         if self._ch == NULL:
             raise ClosedError("pycudadrv.aio: the completion channel is closed")
@@ -227,7 +213,7 @@ cdef class Channel:
             import asyncio
             _Future = asyncio.Future
         import weakref
-        self._waits, self._other, self._loop = waits, other, weakref.ref(loop)
+        self._waits, self._loop = waits, weakref.ref(loop)
         loop.add_reader(self._ch.fds[0], self.ready)
 
     def ready(self):
@@ -255,8 +241,6 @@ cdef class Channel:
                     gf = waits.pop(tokens[k], None)
                     if gf is not None:
                         gf._waited(status[k], loop, out)
-                    elif self._other is not None:
-                        self._other(tokens[k], status[k])
             finally:
                 free(tokens)
                 free(status)
@@ -265,8 +249,7 @@ cdef class Channel:
 
     def _timestamps(self):
         """bench/await_latency.py --breakdown: ``(t_wait, t_signal, t_reader)`` in ns of
-        CLOCK_MONOTONIC (``time.monotonic_ns()``) at the last wake-up: the waiter's wait (or the host
-        function) returned, the descriptor was written, :meth:`ready` was entered; 0 where not
+        CLOCK_MONOTONIC (``time.monotonic_ns()``) at the last wake-up: the waiter's wait returned, the descriptor was written, :meth:`ready` was entered; 0 where not
         taken (timing off, see :func:`_set_timing`), or not yet: the writer stamps t_signal after
         its write, which may wake the reader first. Zeroes them."""
         cdef channel_t* ch = self._ch
@@ -281,44 +264,14 @@ cdef class Channel:
 
     def deliver(self, unsigned long long token, int status=0):
         """Hand ``token`` (with CUresult ``status``) over from Python, as a
-        finished wait would (what the host function of :meth:`host_deliver`
-        does, for stand-ins of the driver in tests). Raises ClosedError for a
-        closed channel."""
+        finished wait would (for stand-ins of the driver in tests). Raises
+        ClosedError for a closed channel."""
         cdef channel_t* ch = self._ch
         if ch == NULL:
             raise ClosedError("pycudadrv.aio: the completion channel is closed")
         channel_ref(ch)
         with nogil:
             channel_deliver(ch, token, status)
-
-    def host_deliver(self, uintptr_t stream, unsigned long long token):
-        """Enqueue on ``stream`` (a CUstream handle, its context current) a host
-        function (``cuLaunchHostFunc``) that hands ``token`` to this channel once
-        the work queued so far on the stream has finished. The host function is
-        C and never takes the GIL: a driver thread that would wait for the
-        interpreter while the interpreter waits in a driver call for that thread
-        (``cuStreamCreate`` while a host function is running, for one) cannot
-        deadlock. Raises ClosedError for a closed channel, StateError for a
-        channel of the parent process (fork), CudaError from the driver."""
-        cdef channel_t* ch = self._ch
-        cdef host_token_t* t
-        cdef CUresult r
-        if ch == NULL:
-            raise ClosedError("pycudadrv.aio: the completion channel is closed")
-        if ch.pid != _pid:
-            raise StateError("pycudadrv.aio: this channel belongs to the parent process (fork)")
-        t = <host_token_t*>malloc(sizeof(host_token_t))
-        if t == NULL:
-            raise MemoryError()
-        t.ch = ch
-        t.token = token
-        channel_ref(ch)
-        r = driver().p_cuLaunchHostFunc(<CUstream>stream, host_deliver_cb, <void*>t)
-        if r != CUDA_SUCCESS:
-            pthread_mutex_lock(&ch.mu)
-            channel_unref(ch)
-            free(t)
-            raise make_error(r, "cuLaunchHostFunc", "pycudadrv.aio: the completion host function")
 
     @property
     def closed(self):
@@ -384,16 +337,15 @@ cdef _resume_all(list out, loop):
 @cython.final
 cdef class LoopPoller:
     """The futures of one event loop that pycudadrv.aio asks the driver about (``cuEventQuery``,
-    from here): those of its ``"loop"``, ``"poll"`` and ``"host_func"`` modes, in groups. A group is a
+    from here): those of its ``"loop"`` mode, in groups. A group is a
     deque of futures that finish in order (one stream's, recorded in that order), or a lone future;
     a sweep asks each group's front.
 
-    ``"loop"`` mode: the loop's own thread sweeps once per loop iteration while any future is pending
-    (:meth:`run`, a callback that ``loop.call_soon``-s itself again from the first ``add(...,
-    spin=True)``; the loop never sleeps in its selector meanwhile, so one core is busy, as for a
-    blocking ``synchronize()``); with nothing pending it is not scheduled and the loop sleeps. A
-    future finished there has its awaiting tasks resumed in the same iteration (as
-    :meth:`Channel.ready` does). The other modes call :meth:`sweep` when they choose. A future whose event is not a pycudadrv event (or closed, never
+    The loop's own thread sweeps once per loop iteration while any future is pending (:meth:`run`, a
+    callback that ``loop.call_soon``-s itself again from the first :meth:`add`; the loop never sleeps
+    in its selector meanwhile, so one core is busy, as for a blocking ``synchronize()``); with nothing
+    pending it is not scheduled and the loop sleeps. A future finished there has its awaiting tasks
+    resumed in the same iteration (as :meth:`Channel.ready` does). A future whose event is not a pycudadrv event (or closed, never
     recorded, or a capture is in progress, when the driver must not be asked), or whose query
     fails, is asked through its own ``_check()`` (which turns a fault into its error).
 
@@ -404,7 +356,6 @@ cdef class LoopPoller:
     cdef Py_ssize_t _count
     cdef object _loop
     cdef bint _scheduled
-    cdef bint _spin                  # a "loop" future was added: run() schedules itself while any is pending
     cdef int _pending, _done
 
     def __cinit__(self, loop, int pending, int done):
@@ -418,22 +369,18 @@ cdef class LoopPoller:
         """The futures not yet seen finished."""
         return self._count
 
-    def add(self, gf, key, bint spin=True):
-        """Watch GpuFuture ``gf`` in group ``key`` (behind that group's earlier futures); with ``spin``
-        (the ``"loop"`` mode), be scheduled (``loop.call_soon``) unless already."""
+    def add(self, gf, key):
+        """Watch GpuFuture ``gf`` in group ``key`` (behind that group's earlier futures), and be
+        scheduled (``loop.call_soon``) unless already."""
         dq = self._groups.get(key)
         if dq is None:
             dq = self._groups[key] = deque()
         dq.append(gf)
         self._count += 1
-        if spin:
-            self._spin = True
         self._schedule()
 
     cdef int _schedule(self) except -1:
-        if not self._count:
-            self._spin = False
-        if self._scheduled or not self._spin:
+        if self._scheduled or not self._count:
             return 0
         loop = self._loop()
         if loop is None or loop.is_closed():

@@ -45,8 +45,8 @@ ENVIRONMENT_VARIABLES = {
     "PYCUDADRV_QUEUE_POLICY": "stream choice of a Queue made without policy=: greedy (default) or round_robin",
     "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "0: do not order another library's arrays after their producer's stream "
                                            "(CuPy's CUPY_CUDA_ARRAY_INTERFACE_SYNC, Numba's NUMBA_...); default on",
-    "PYCUDADRV_AIO_COMPLETION": "pycudadrv.aio's completion mode at import: loop (default), spin, blocking, "
-                                "host_func or poll (any case)",
+    "PYCUDADRV_AIO_COMPLETION": "pycudadrv.aio's completion mode at import: loop (default) or blocking "
+                                "(any case)",
 }
 
 

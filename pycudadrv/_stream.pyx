@@ -401,9 +401,8 @@ cdef class Stream:
         The callable must not make CUDA calls; an exception it raises is
         printed and dropped. It takes the GIL on the driver thread, so a
         thread that holds the GIL in a driver call meanwhile (``cuStreamCreate``
-        is one that can wait for a running host function) deadlocks with it:
-        pycudadrv's own awaitables use a C host function instead in the
-        ``"host_func"`` mode of :mod:`pycudadrv.aio` (its default ``"loop"`` mode uses none).
+        is one that can wait for a running host function) deadlocks with it
+        (:mod:`pycudadrv.aio` uses no host function).
 
         Raises CaptureError during a capture of this stream (it would become a
         host node that holds the interpreter inside the graph)."""

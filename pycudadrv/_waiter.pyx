@@ -1,13 +1,11 @@
 # cython: language_level=3
-"""The waiter threads of pycudadrv.aio's ``"spin"`` and ``"blocking"`` completion modes.
+"""The waiter threads of pycudadrv.aio's ``"blocking"`` completion mode.
 
 One native thread per device (a pthread, started on the first wait and never holding the GIL)
 takes the pending events in submission order and waits for each with the device's primary context
-current on it: ``cuEventSynchronize`` of the event itself (``"spin"``: an event made without
-``CU_EVENT_BLOCKING_SYNC`` is spin-waited for by the driver under the default scheduling policy),
-or, for ``"blocking"``, ``cuStreamWaitEvent`` of a private stream on the event, then
-``cuEventRecord`` + ``cuEventSynchronize`` of a ``CU_EVENT_BLOCKING_SYNC`` event on that stream
-(the thread sleeps in the kernel until the GPU interrupt). With nothing pending the thread sleeps
+current on it: ``cuStreamWaitEvent`` of a private stream on the event, then ``cuEventRecord`` +
+``cuEventSynchronize`` of a ``CU_EVENT_BLOCKING_SYNC`` event on that stream (the thread sleeps in
+the kernel until the GPU interrupt). With nothing pending the thread sleeps
 on a condition variable.
 
 Each event loop has a ``pycudadrv._channel.Channel`` (re-exported here): the thread hands each
@@ -111,7 +109,6 @@ cdef pid_t _pid = getpid()    # this process (set again in a forked child)
 # --- a waiter: one thread per device ------------------------------------------------------------
 
 cdef enum:
-    WAIT_SPIN = 0
     WAIT_BLOCKING = 1
     WAIT_FLAG = 2             # tests: spin on a host int32 until it is nonzero (1: success, v: CUresult v)
 
@@ -157,8 +154,6 @@ cdef int wait_one(waiter_t* w, entry_t* e) noexcept nogil:
             pycudadrv_pause_us(50)
     if w.ctx == NULL:
         return CUDA_ERROR_INVALID_CONTEXT
-    if e.kind == WAIT_SPIN:
-        return w.ev_sync(<CUevent>e.handle)
     if w.priv_stream == NULL:
         r = w.stream_create(&w.priv_stream, CU_STREAM_NON_BLOCKING)
         if r != CUDA_SUCCESS:
@@ -321,17 +316,18 @@ cdef class Waiter:
             raise StateError("pycudadrv.aio: cannot start the waiter thread (pthread_create failed)")
         return 0
 
-    def submit(self, EventBase event not None, Channel channel not None, unsigned long long token, bint blocking):
-        """Queue a wait for ``event`` (recorded; the waiter keeps it alive until the wait is done): ``cuEventSynchronize`` on the waiter thread, or with ``blocking`` the
-        blocking-sync path. Starts the thread on first use. Raises ClosedError for a closed
-        channel or event."""
+    def submit(self, EventBase event not None, Channel channel not None, unsigned long long token):
+        """Queue a wait for ``event`` (recorded; the waiter keeps it alive until the wait is done): the
+        thread sleeps in the driver until it is done (a ``CU_EVENT_BLOCKING_SYNC`` event behind it on a
+        private stream). Starts the thread on first use. Raises ClosedError for a closed channel or
+        event."""
         if self._w == NULL:
             raise StateError("pycudadrv.aio: this waiter was stopped while stuck in a wait; use waiter_for()")
         if self._w.ctx == NULL:
             raise StateError("pycudadrv.aio: a test waiter (device=None) takes submit_flag() only")
         if event._closed or event._handle == NULL:
             raise ClosedError("pycudadrv.aio: the awaited event is closed")
-        self._push(<void*>event._handle, channel, token, WAIT_BLOCKING if blocking else WAIT_SPIN, event)
+        self._push(<void*>event._handle, channel, token, WAIT_BLOCKING, event)
 
     def submit_flag(self, uintptr_t address, Channel channel not None, unsigned long long token):
         """Tests: queue a wait that spins (50 us pauses) until the int32 at ``address`` is nonzero

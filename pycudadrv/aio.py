@@ -8,32 +8,21 @@
 ...     fut = aio.launch(fn, grid, block, y, x, n, lazy=True)   # nothing launched yet
 ...     await fut                                        # launched here; a launch error raises here
 
-Nothing blocks a thread per pending future. Completion comes one of five ways (:func:`set_completion`; the
+Nothing blocks a thread per pending future. Completion comes one of two ways (:func:`set_completion`; the
 default from ``PYCUDADRV_AIO_COMPLETION``, else ``"loop"``):
 
 * ``"loop"`` (default): the event loop's own thread asks the driver (``cuEventQuery``, in C:
   ``pycudadrv._channel.LoopPoller``) whether the awaited work has finished, once per loop iteration while
   any is pending, and resumes the awaiting tasks in that iteration: no thread wake-up on the path. The loop
   does not sleep meanwhile (one core busy, as a blocking ``synchronize()`` costs; other tasks and I/O run
-  as usual); idle, it sleeps. It holds the GIL while it spins: with busy Python threads, choose ``"spin"``.
-* ``"spin"``: one native waiter thread per device (``pycudadrv._waiter``, no GIL) takes the pending events
-  in the order they were armed and waits for each (``cuEventSynchronize``; the driver spin-waits for these
-  events, made without ``CU_EVENT_BLOCKING_SYNC``), then writes an eventfd the loop watches
-  (``loop.add_reader``). A core is busy only while awaited work is pending; idle, the thread sleeps on a
-  condition variable, and the loop sleeps in its selector until the eventfd wakes it.
-* ``"blocking"``: the same thread, but it sleeps in the driver until the GPU is done (a
-  ``CU_EVENT_BLOCKING_SYNC`` event recorded behind the work on a private stream): saves the core, costs
-  wake-up latency.
-* ``"host_func"``: the stream's event is waited for by a private signal stream (one per user stream, so the
-  user's stream never waits for Python), which runs a host function (``cuLaunchHostFunc``) on a driver
-  thread; it is C and never takes the GIL (it writes the loop's eventfd, as the waiter thread does). The
-  driver skips host functions once the context has faulted, so a slow watchdog (``cuEventQuery`` every
-  ``watchdog_ms``) finds faults.
-* ``"poll"``: one task per event loop queries the pending events (``cuEventQuery``), yielding to the loop
-  between sweeps: with ``asyncio.sleep(0)`` for ``spin_us`` after the last completion, then every
-  ``interval_ms``.
+  as usual); idle, it sleeps.
+* ``"blocking"``: for a core saved while work is pending. One native waiter thread per device
+  (``pycudadrv._waiter``, no GIL) takes the pending events in the order they were armed and sleeps in the
+  driver until each is done (a ``CU_EVENT_BLOCKING_SYNC`` event recorded behind the work on a private
+  stream), then writes an eventfd the loop watches (``loop.add_reader``): the GPU's interrupt and a thread
+  wake-up come first, so it resumes later than ``"loop"``.
 
-``bench/await_latency.py`` measures every mode (median and p99 of completion to resumption, CPU per await)
+``bench/await_latency.py`` measures both modes (median and p99 of completion to resumption, CPU per await)
 against a blocking ``synchronize()`` and C floors.
 
 Lazy futures: ``launch(..., lazy=True)`` and ``submit(..., lazy=True)`` return a future whose work is
@@ -69,52 +58,30 @@ __all__ = ["GpuFuture", "DevicePolicy", "wait", "launch", "submit", "policy", "s
            "get_completion"]
 
 _PENDING, _DONE, _FAILED, _DEFERRED = 0, 1, 2, 3
-_MODES = ("loop", "spin", "blocking", "host_func", "poll")
-_WAITER_MODES = ("spin", "blocking")
+_MODES = ("loop", "blocking")
 _NO_REF = type(None)      # called, as a dead weakref is: None
 
 
-_config = {"mode": env_word("PYCUDADRV_AIO_COMPLETION", _MODES, "loop"), "watchdog_ms": 20.0, "spin_us": 200.0, "interval_ms": 1.0}
+_config = {"mode": env_word("PYCUDADRV_AIO_COMPLETION", _MODES, "loop")}
 _events: dict = {}          # device ordinal -> [Event(timing=False)] ready for reuse
-_signal_streams: dict = {}  # user stream handle -> private signal Stream (host_func mode)
-_misc_signal: dict = {}     # device ordinal -> [Streams] for events of unknown streams, and a turn counter
 _policies: dict = {}        # device ordinal -> DevicePolicy
 _completers: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _last_completer = _NO_REF   # a weakref of the completer _completer() returned last
 
 
-def set_completion(mode: str | None = None, *, watchdog_ms: float | None = None, spin_us: float | None = None,
-                   interval_ms: float | None = None) -> dict:
-    """Choose how awaited work reports completion: ``"loop"`` (default), ``"spin"``, ``"blocking"``,
-    ``"host_func"`` or ``"poll"`` (module docs), and the timings of the last two in ms / us
-    (``watchdog_ms``: host_func's fault watchdog; ``spin_us``, ``interval_ms``: poll's). Returns the
-    previous settings (a dict; ``set_completion(**prev)`` restores them). Applies to futures armed from
-    now on. Raises ArgumentValueError for an unknown mode or a time that is not a positive finite
-    number; a refused call changes nothing."""
+def set_completion(mode: str) -> dict:
+    """Choose how awaited work reports completion: ``"loop"`` (default) or ``"blocking"`` (module docs),
+    any case. Returns the previous settings (a dict; ``set_completion(**prev)`` restores them). Applies to
+    futures armed from now on. Raises ArgumentValueError for another mode; a refused call changes nothing."""
+    if not isinstance(mode, str) or mode.strip().lower() not in _MODES:
+        raise ArgumentValueError(f"aio.set_completion: mode must be one of {_MODES} (any case), got {mode!r:.60}")
     prev = dict(_config)
-    new = dict(_config)          # every argument is checked before any takes effect
-    if mode is not None:
-        if not isinstance(mode, str) or mode.strip().lower() not in _MODES:
-            raise ArgumentValueError(f"aio.set_completion: mode must be one of {_MODES} (any case), got {mode!r}")
-        new["mode"] = mode.strip().lower()
-    for key, v in (("watchdog_ms", watchdog_ms), ("spin_us", spin_us), ("interval_ms", interval_ms)):
-        if v is not None:
-            x = None              # numpy numbers are numbers; an int too large for a float is not finite
-            if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating)):
-                try:
-                    x = float(v)
-                except OverflowError:
-                    x = math.inf
-            if x is None or not math.isfinite(x) or x < 0 or (x == 0 and key != "spin_us"):
-                raise ArgumentValueError(f"aio.set_completion: {key} must be a positive number (finite"
-                                         f"{'; 0 allowed' if key == 'spin_us' else ''}), got {v!r:.40}")
-            new[key] = x
-    _config.update(new)
+    _config["mode"] = mode.strip().lower()
     return prev
 
 
 def get_completion() -> dict[str, object]:
-    """The current completion settings: ``{"mode", "watchdog_ms", "spin_us", "interval_ms"}``."""
+    """The current completion settings: ``{"mode": "loop" or "blocking"}``."""
     return dict(_config)
 
 
@@ -345,51 +312,29 @@ class _Completer:
 
     def __init__(self, loop):
         self._loop = weakref.ref(loop)   # the loop keeps its completer alive in _completers, not the reverse
-        self.timer = self.task = _NO_REF   # weakrefs (either holds the loop): the watchdog, the polling task
-        self.last_progress = 0.0
-        self.channel = None     # where the waiter threads hand over finished waits (spin, blocking)
-        self.poller = _waiter.LoopPoller(loop, _PENDING, _DONE)   # the futures of loop, poll, host_func: groups
+        self.channel = None     # where the waiter thread hands over finished waits ("blocking")
+        self.poller = _waiter.LoopPoller(loop, _PENDING, _DONE)   # the futures of "loop", in groups
         self.waits = {}         # token -> GpuFuture, while a waiter thread waits for it
-        self.signaled = {}      # token -> GpuFuture, until its host function ran (host_func mode)
-        self.tokens = itertools.count(1)   # a token per armed wait or host function
+        self.tokens = itertools.count(1)   # a token per armed wait
 
     @property
     def loop(self):
         return self._loop()
 
     def arm(self, gf):
-        mode = _config["mode"]
-        if mode in _WAITER_MODES:
-            self._arm_waiter(gf, mode == "blocking")
+        if _config["mode"] == "blocking":
+            self._arm_waiter(gf)
             return
         gf._armed = self._loop
         key = gf._key = gf.stream.handle if (gf._ordered and gf.stream is not None) else id(gf)
-        self.poller.add(gf, key, mode == "loop")     # ("loop": the poller schedules itself while pending)
-        if mode == "host_func":
-            try:
-                sig = _signal_stream_for(gf.stream if gf._ordered else None, gf._event.device)
-                sig.wait(gf._event)
-                token = next(self.tokens)
-                self.signaled[token] = gf
-                try:
-                    _host_deliver(sig, self._channel(), token)
-                except BaseException:
-                    del self.signaled[token]
-                    raise
-            except (CaptureError, CudaError):
-                pass            # a capture forbids it, or a fault came first: the watchdog finds out
-            self._schedule_watchdog()
-        elif mode == "poll":
-            self.last_progress = time.perf_counter()
-            if self.task() is None or self.task().done():
-                self.task = weakref.ref(self.loop.create_task(self._poll()))
+        self.poller.add(gf, key)        # the poller schedules itself on the loop while any is pending
 
-    def _arm_waiter(self, gf, blocking):
+    def _arm_waiter(self, gf):
         """Queue gf's event with its device's waiter thread; the channel's reader resolves it."""
         ch = self._channel()
         token = next(self.tokens)
         try:
-            _waiter_for(gf._event.device).submit(gf._event, ch, token, blocking)
+            _waiter_for(gf._event.device).submit(gf._event, ch, token)
         except Exception as err:     # a closed event, no thread could be started: the awaiting tasks get it
             gf._fail(err)
             return
@@ -399,58 +344,18 @@ class _Completer:
 
     def _channel(self):
         """This loop's completion channel, made (and watched with ``loop.add_reader``, once) on first use;
-        its reader (``Channel.ready``, C) finishes the futures in ``waits``, and calls ``_host_token``."""
+        its reader (``Channel.ready``, C) finishes the futures in ``waits``."""
         ch = self.channel
         if ch is None:
             ch = _waiter.Channel()
-            ch.watch(self.loop, self.waits, self._host_token)
+            ch.watch(self.loop, self.waits)
             self.channel = ch
         return ch
-
-    def _host_token(self, token, status):
-        gf = self.signaled.pop(token, None)
-        if gf is not None:
-            self._signaled(gf)
-
-    def _signaled(self, gf):
-        """On the loop, after gf's host function ran: finish it and what is before it."""
-        if gf._check():
-            self.sweep(gf._key)
 
     def sweep(self, key=None) -> bool:
         """Finish what has completed (the poller's groups, each front first; only group ``key`` if given);
         whether anything finished."""
-        progressed = self.poller.sweep(key)
-        if not self.poller.count and self.timer() is not None:   # nothing to watch: let the loop sleep
-            self.timer().cancel()
-            self.timer = _NO_REF
-        return progressed
-
-    def _schedule_watchdog(self):
-        if self.timer() is None and self.poller.count:
-            self.timer = weakref.ref(self.loop.call_later(_config["watchdog_ms"] / 1e3, self._watchdog))
-
-    def _watchdog(self):
-        self.timer = _NO_REF
-        self.sweep()
-        self._schedule_watchdog()
-
-    async def _poll(self):
-        import asyncio
-        while self.poller.count:
-            now = time.perf_counter()
-            if self.sweep():
-                self.last_progress = now
-            if not self.poller.count:
-                break
-            if (now - self.last_progress) * 1e6 < _config["spin_us"]:
-                await asyncio.sleep(0)
-            else:
-                await asyncio.sleep(_config["interval_ms"] / 1e3)
-
-
-def _host_deliver(sig, channel, token):     # host_func mode: a C host function on sig hands token to channel (no GIL)
-    channel.host_deliver(sig.handle, token)
+        return self.poller.sweep(key)
 
 
 def _waiter_for(device):
@@ -480,20 +385,6 @@ def _completer(loop) -> _Completer:
                 pass
         _last_completer = weakref.ref(c)
     return c
-
-
-def _signal_stream_for(stream, device) -> Stream:
-    if stream is not None:
-        sig = _signal_streams.get(stream.handle)
-        if sig is None:
-            sig = _signal_streams[stream.handle] = Stream(stream.device)
-        return sig
-    slot = _misc_signal.get(device.ordinal)
-    if slot is None:
-        slot = _misc_signal[device.ordinal] = [[Stream(device) for _ in range(4)], 0]
-    streams, turn = slot
-    slot[1] = (turn + 1) % len(streams)
-    return streams[turn]
 
 
 def _as_stream(stream, device) -> Stream:

@@ -48,7 +48,7 @@ VARIABLE_KINDS: dict[str, Any] = {
     "PYCUDADRV_DEVICES": "devices", "PYCUDADRV_DEBUG": "switch", "PYCUDADRV_CUDNN": "switch",
     "PYCUDADRV_CUDNN_PATH": "library",
     "PYCUDADRV_MPI_CUDA_AWARE": "strict switch", "PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC": "switch",
-    "PYCUDADRV_AIO_COMPLETION": ("choice", ("loop", "spin", "blocking", "host_func", "poll")),
+    "PYCUDADRV_AIO_COMPLETION": ("choice", ("loop", "blocking")),
     "PYCUDADRV_QUEUE_STREAMS": ("int", 1, 1024), "PYCUDADRV_QUEUE_POLICY": ("choice", ("greedy", "round_robin")),
 }
 

@@ -31,7 +31,6 @@ class Gpu:
     def __init__(self):
         self.fault = None              # a CudaError every query raises (a poisoned context)
         self.streams = []
-        self.host_threads = []
 
 
 GPU = Gpu()
@@ -69,33 +68,14 @@ class FakeStream:
         FakeStream.count += 1
         self.device = FakeDevice()
         self.handle = 0x2000 + FakeStream.count
-        self.waits = []                # the event each host function waits behind
-        self.host_funcs = []
         GPU.streams.append(self)
-
-    def wait(self, ev):
-        self.waits.append(ev)
-
-    def launch_host_func(self, cb):
-        self.host_funcs.append((self.waits[-1], cb))
 
 
 def complete(*events):
-    """The GPU finishes `events`: host functions behind them run on a driver thread (unless faulted); the
-    waiter thread sees its flag (1, or the fault's code)."""
+    """The GPU finishes `events`: the waiter thread sees its flag (1, or the fault's code)."""
     for ev in events:
         ev.done = True
         ev.flag[0] = 1 if GPU.fault is None else GPU.fault.code
-    due = []
-    for s in GPU.streams:
-        for item in list(s.host_funcs):
-            if item[0].done:
-                s.host_funcs.remove(item)
-                due.append(item[1])
-    if GPU.fault is None and due:
-        t = threading.Thread(target=lambda: [cb() for cb in due])
-        t.start()
-        GPU.host_threads.append(t)
 
 
 class FlagWaiter:
@@ -105,12 +85,12 @@ class FlagWaiter:
     def __init__(self):
         self.submitted = []
 
-    def submit(self, ev, channel, token, blocking):
-        self.submitted.append((token, blocking))
+    def submit(self, ev, channel, token):
+        self.submitted.append(token)
         _waiter.waiter_for(None).submit_flag(ev.flag.ctypes.data, channel, token)
 
 
-MODES = ["loop", "spin", "blocking", "host_func", "poll"]
+MODES = ["loop", "blocking"]
 
 
 @pytest.fixture(params=MODES)
@@ -119,14 +99,11 @@ def fake(request, monkeypatch):
     GPU = Gpu()
     monkeypatch.setattr(aio, "Event", FakeEvent)
     monkeypatch.setattr(aio, "Stream", FakeStream)
-    for name in ("_events", "_signal_streams", "_misc_signal", "_policies"):
+    for name in ("_events", "_policies"):
         monkeypatch.setattr(aio, name, {})
     GPU.waiter = FlagWaiter()
     monkeypatch.setattr(aio, "_waiter_for", lambda device: GPU.waiter)
-    # host_func mode: the fake stream's host function (a Python thread) hands the token over as the
-    # real C host function does.
-    monkeypatch.setattr(aio, "_host_deliver", lambda sig, ch, token: sig.launch_host_func(lambda: ch.deliver(token)))
-    prev = aio.set_completion(request.param, watchdog_ms=5, spin_us=50, interval_ms=1)
+    prev = aio.set_completion(request.param)
     yield request.param
     aio.set_completion(**prev)
 
@@ -148,34 +125,6 @@ def test_awaiting_a_stream_point_resumes_when_the_gpu_finishes(fake):
         await fut
         return fut.done()
     assert run(main()) is True
-
-
-def test_a_host_function_on_a_driver_thread_wakes_the_loop(fake):
-    if fake != "host_func":
-        pytest.skip(f"checks the host_func completion mode; this run is the {fake!r} mode")
-    aio.set_completion(watchdog_ms=60_000)         # so only the host function can report completion
-    woke = []
-
-    async def main():
-        s = FakeStream()
-        real = aio._host_deliver
-
-        def host_deliver(sig, ch, token):
-            def on_driver_thread():
-                woke.append(threading.current_thread() is not threading.main_thread())
-                ch.deliver(token)
-            sig.launch_host_func(on_driver_thread)
-        aio._host_deliver = host_deliver
-        try:
-            fut = aio.wait(s)
-            asyncio.get_running_loop().call_later(0.01, complete, fut.event)
-            await fut
-        finally:
-            aio._host_deliver = real
-        return fut.done()
-    assert run(main()) and woke == [True]
-    signal = [st for st in GPU.streams if st.waits]
-    assert len(signal) == 1 and signal[0].host_funcs == []     # behind a private stream, not the user's
 
 
 def test_many_pending_futures_each_complete_once_their_work_does(fake):
@@ -303,22 +252,20 @@ def test_bad_arguments_are_refused(fake):
         aio.wait(FakeEvent())
     with pytest.raises(cd.ArgumentValueError, match="mode must be one of"):
         aio.set_completion("busy")
-    with pytest.raises(cd.ArgumentValueError, match="watchdog_ms must be a positive number"):
-        aio.set_completion(watchdog_ms=0)
+    with pytest.raises(cd.ArgumentValueError, match="mode must be one of"):
+        aio.set_completion("spin")                     # (a mode of earlier versions)
     with pytest.raises(cd.ArgumentValueError, match="streams must be an int >= 1"):
         aio.DevicePolicy(streams=0)
     with pytest.raises(cd.ArgumentTypeError, match="next_stream"):
         aio.set_policy(object())
     prev = aio.get_completion()
-    for key in ("watchdog_ms", "spin_us", "interval_ms"):
-        with pytest.raises(cd.ArgumentValueError, match=f"{key} must be a positive number"):
-            aio.set_completion(**{key: 10 ** 400})        # too large for a float: not finite
+    for bad in (None, 1, b"loop"):
+        with pytest.raises(cd.ArgumentValueError, match="mode must be one of"):
+            aio.set_completion(bad)
     assert aio.get_completion() == prev
     try:
-        aio.set_completion(watchdog_ms=np.float32(7.5), spin_us=np.int32(3))    # numpy numbers are numbers
-        assert aio.get_completion()["watchdog_ms"] == 7.5 and aio.get_completion()["spin_us"] == 3.0
-        aio.set_completion(" Spin ")                   # any case, as PYCUDADRV_AIO_COMPLETION
-        assert aio.get_completion()["mode"] == "spin"
+        aio.set_completion(" Blocking ")               # any case, as PYCUDADRV_AIO_COMPLETION
+        assert aio.get_completion() == {"mode": "blocking"}
     finally:
         aio.set_completion(**prev)
     for bad in (None, object()):
@@ -338,15 +285,15 @@ def test_the_default_policy_takes_its_streams_in_turn(fake):
 
 def test_the_default_mode_is_loop_and_the_environment_chooses_another(monkeypatch):
     script = "from pycudadrv import aio; print(aio.get_completion()['mode'])"
-    for value, want in ((None, "loop"), ("blocking", "blocking"), (" Host_Func ", "host_func"), ("busy", "loop"),
-                        ("spin", "spin")):
+    for value, want in ((None, "loop"), ("blocking", "blocking"), (" Blocking ", "blocking"), ("busy", "loop"),
+                        ("spin", "loop")):
         env = {k: v for k, v in os.environ.items() if k != "PYCUDADRV_AIO_COMPLETION"}
         if value is not None:
             env["PYCUDADRV_AIO_COMPLETION"] = value
         r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_child_env(env))
         assert r.returncode == 0 and r.stdout.strip() == want, r.stderr
-        assert ("is not one of loop, spin, blocking, host_func, poll" in r.stderr) == (value == "busy")
-        assert ("using the default 'loop'" in r.stderr) == (value == "busy")
+        assert ("is not one of loop, blocking" in r.stderr) == (value in ("busy", "spin"))
+        assert ("using the default 'loop'" in r.stderr) == (value in ("busy", "spin"))
 
 
 def _child_env(env=None):
@@ -356,9 +303,8 @@ def _child_env(env=None):
 
 
 def test_the_waiter_modes_hand_each_armed_event_to_the_waiter_thread(fake):
-    if fake not in ("spin", "blocking"):
-        pytest.skip(f"checks the waiter-thread modes (spin, blocking); this run is the {fake!r} mode")
-    mode = fake
+    if fake != "blocking":
+        pytest.skip(f"checks the waiter-thread mode (blocking); this run is the {fake!r} mode")
 
     async def main():
         s = FakeStream()
@@ -367,15 +313,14 @@ def test_the_waiter_modes_hand_each_armed_event_to_the_waiter_thread(fake):
         await asyncio.gather(*futs)
         return [f.done() for f in futs]
     assert run(main()) == [True, True, True]
-    assert [b for _, b in GPU.waiter.submitted] == [mode == "blocking"] * 3
-    assert len({t for t, _ in GPU.waiter.submitted}) == 3          # one token per wait
+    assert len(set(GPU.waiter.submitted)) == 3          # one token per wait
 
 
 def test_a_task_awaiting_the_waiter_resumes_in_the_loop_iteration_that_reads_the_completion(fake):
     # The channel's reader steps the awaiting task itself: no second loop iteration (and no second
     # epoll_wait) between the eventfd becoming readable and the coroutine's next line.
-    if fake not in ("spin", "blocking"):
-        pytest.skip(f"checks the waiter-thread modes (spin, blocking); this run is the {fake!r} mode")
+    if fake != "blocking":
+        pytest.skip(f"checks the waiter-thread mode (blocking); this run is the {fake!r} mode")
 
     async def main():
         loop = asyncio.get_running_loop()
@@ -465,7 +410,6 @@ def test_a_loop_left_unclosed_with_an_await_pending_is_freed_with_what_the_futur
         refs.append((weakref.ref(loop), weakref.ref(kept)))
         task._log_destroy_pending = False        # (asyncio's "Task was destroyed" warning: expected here)
         del loop, kept, task, main, events
-    time.sleep(0.05)                             # (host_func: the fake's host functions run on a thread)
     gc.collect()
     assert [(w_loop() is None, w_kept() is None) for w_loop, w_kept in refs] == [(True, True)] * 2
 
@@ -499,8 +443,8 @@ def test_the_loop_mode_lets_other_tasks_run_and_finishes_a_stream_s_futures_in_o
 
 
 def test_the_breakdown_stamps_of_a_wake_up_are_taken_only_while_timing_is_on(fake):
-    if fake not in ("spin", "blocking"):
-        pytest.skip(f"checks the waiter-thread modes (spin, blocking); this run is the {fake!r} mode")
+    if fake != "blocking":
+        pytest.skip(f"checks the waiter-thread mode (blocking); this run is the {fake!r} mode")
 
     async def one():
         fut = aio.wait(FakeStream())
@@ -570,8 +514,8 @@ def test_a_loop_closed_with_futures_pending_leaves_them_pending_and_another_loop
 
 
 def test_closed_loops_do_not_keep_their_descriptors(fake):
-    if fake not in ("spin", "blocking", "host_func"):
-        pytest.skip(f"checks the completion channel (spin, blocking, host_func); the {fake!r} mode has none")
+    if fake != "blocking":
+        pytest.skip(f"checks the completion channel (blocking); the {fake!r} mode has none")
 
     async def one():
         s = FakeStream()
@@ -613,8 +557,6 @@ def test_a_closed_loop_is_freed_with_futures_pending_and_after_plain_awaits(fake
     del loops[:]
     for _ in range(5):
         run(arm(False))
-    for t in GPU.host_threads:
-        t.join(5)
     gc.collect()
     assert [r() for r in loops] == [None] * 5
 
@@ -972,37 +914,6 @@ def test_the_event_loop_stays_responsive_while_a_kernel_runs(mod, rng, mode):
 
 
 @pytest.mark.gpu
-def test_the_host_function_completes_while_the_interpreter_holds_the_gil(mod, rng):
-    # host_func mode once ran a Python host function, which needs the GIL on the driver thread:
-    # with the main thread in a driver call holding the GIL (cuStreamCreate while that host function
-    # ran, in aio.wait after a Queue test), the two waited for each other forever. Now the host
-    # function is C: it must hand the completion over while this thread holds the GIL.
-    import ctypes
-    import select
-    hold_gil = ctypes.PyDLL(None).usleep      # a PyDLL call keeps the GIL for its whole length
-    hold_gil.argtypes = [ctypes.c_uint]
-    x = cd.Buffer.from_numpy(rng.standard_normal(256).astype(np.float32))
-    prev = aio.get_completion()
-    aio.set_completion("host_func")
-    try:
-        for _ in range(2):
-            y = cd.Buffer.from_numpy(np.full(256, np.nan, np.float32))
-            cd.Device(0).synchronize()
-
-            async def main():
-                fut = aio.launch(mod.function("spin_copy"), 1, 256, y, x, 5 * MS, 256)
-                fd = aio._completer(asyncio.get_running_loop()).channel.fileno()
-                hold_gil(300_000)                 # 300 ms with the GIL held; the 5 ms kernel ends meanwhile
-                ready = select.select([fd], [], [], 0)[0]
-                await fut
-                return bool(ready)
-            assert asyncio.run(main()), "the host function did not deliver while the GIL was held"
-            np.testing.assert_array_equal(y.to_numpy(), x.to_numpy())
-    finally:
-        aio.set_completion(**prev)
-
-
-@pytest.mark.gpu
 def test_cancelling_the_awaiting_task_lets_the_kernel_finish_on_live_buffers(mod, rng, mode):
     x_h = rng.standard_normal(4096).astype(np.float32)
     y = cd.Buffer.from_numpy(np.full(4096, np.nan, np.float32))
@@ -1108,7 +1019,7 @@ def test_each_mode_twice_after_a_queue_submission_and_a_graph_launch(mod, rng):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("completion", ["spin", "blocking"])
+@pytest.mark.parametrize("completion", ["blocking"])
 def test_the_waiter_thread_reports_pending_work_and_sleeps_after(mod, rng, completion):
     from pycudadrv import _waiter
     x_h = rng.standard_normal(256).astype(np.float32)
@@ -1259,7 +1170,7 @@ def test_two_loops_on_two_threads_await_kernels_with_the_spin_waiter(mod, rng):
             await asyncio.gather(*futs)
             return [ys[j].to_numpy(stream=futs[j].stream) for j in range(8)]
         out[k] = asyncio.run(main())
-    prev = aio.set_completion("spin")
+    prev = aio.set_completion("blocking")
     try:
         threads = [threading.Thread(target=one, args=(k,)) for k in range(2)]
         for t in threads:
@@ -1322,7 +1233,7 @@ import asyncio, os, sys
 import numpy as np
 import pycudadrv as cd
 from pycudadrv import _waiter, aio
-aio.set_completion("spin")
+aio.set_completion("blocking")
 s = cd.Stream()
 y = cd.Buffer.zeros(1024, np.float32, stream=s)
 

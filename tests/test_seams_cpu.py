@@ -12,40 +12,14 @@ from pycudadrv._signature import source_params
 
 # --- 6. a refused call changes nothing ---------------------------------------------------------
 
-GOOD = {"mode": st.sampled_from([*aio._MODES, None]),
-        "watchdog_ms": st.one_of(st.none(), st.floats(0.5, 100)),
-        "spin_us": st.one_of(st.none(), st.floats(0, 1000)),
-        "interval_ms": st.one_of(st.none(), st.floats(0.01, 10))}
-BAD = {"mode": st.sampled_from(["", "fast", 3, b"poll"]),
-       "watchdog_ms": st.sampled_from([0, -1, float("nan"), "5", True]),
-       "spin_us": st.sampled_from([-1, float("nan"), float("inf"), "1", False]),
-       "interval_ms": st.sampled_from([0, -0.5, float("nan"), [1]])}
-
-
-@settings(max_examples=200, deadline=None)
-@given(data=st.data())
-def test_a_refused_set_completion_changes_nothing(data):
-    before = aio.get_completion()
-    kwargs = {k: data.draw(v, label=k) for k, v in GOOD.items()}
-    bad = data.draw(st.sampled_from(sorted(BAD)), label="bad")
-    kwargs[bad] = data.draw(BAD[bad], label="bad value")
-    mode = kwargs.pop("mode")
-    try:
-        with pytest.raises((cd.ArgumentValueError, cd.ArgumentTypeError)):
-            aio.set_completion(mode, **kwargs)
-        assert aio.get_completion() == before
-    finally:
-        aio.set_completion(**before)
-
-
-def test_set_completion_from_the_report():
+@settings(max_examples=100, deadline=None)
+@given(bad=st.one_of(st.sampled_from(["", "fast", "spin", "host_func", "poll", b"loop", None, 3, True]),
+                     st.text(max_size=12).filter(lambda t: t.strip().lower() not in aio._MODES)))
+def test_a_refused_set_completion_changes_nothing(bad):
     before = aio.get_completion()
     try:
-        with pytest.raises(cd.ArgumentValueError, match="watchdog_ms"):
-            aio.set_completion("poll", watchdog_ms=0)
-        assert aio.get_completion() == before
-        with pytest.raises(cd.ArgumentValueError, match="spin_us"):
-            aio.set_completion(watchdog_ms=5.0, spin_us=-1)
+        with pytest.raises(cd.ArgumentValueError, match="mode must be one of"):
+            aio.set_completion(bad)
         assert aio.get_completion() == before
     finally:
         aio.set_completion(**before)
