@@ -34,9 +34,17 @@ cdef class Submission:
     cdef object _name              # kernel name, or the whole label for other kinds
     cdef list _lanes               # its queue's lanes (what a fault report lists); not the queue itself
 
+# A lane's ordering state in one mode of its queue: eager, or the capture in progress.
+cdef class LaneMode:
+    cdef Submission tail           # the last submission issued on the lane in this mode
+    cdef long long* seen           # per producer lane index: the highest seq already waited for
+    cdef Py_ssize_t nseen
+    cdef long long load            # submissions issued on it in this mode (the capture's greedy choice)
+    cdef bint joined               # the lane joined the capture (the capture mode's)
+    cdef int reset(self) except -1  # nothing issued, waited for or joined in this mode
+
 # A stream the queue issues on (a pool stream, or another one given by stream= or a
-# Dispatch's encoder), with its in-flight submissions and its ordering state per mode
-# (0: eager, 1: the capture in progress).
+# Dispatch's encoder), with its in-flight submissions and its ordering state per mode.
 cdef class _Lane:
     cdef readonly int index
     cdef readonly object stream
@@ -44,12 +52,7 @@ cdef class _Lane:
     cdef list inflight             # Submissions not yet seen complete, in issue order, from `head`
     cdef Py_ssize_t head
     cdef dict kw                   # {"stream": stream}: the keywords of a launch on it
-    cdef Submission tail0, tail1   # the last submission issued on it (eager, capture)
-    cdef long long* seen0          # per producer lane index: the highest seq already waited for
-    cdef long long* seen1
-    cdef Py_ssize_t nseen0, nseen1
-    cdef long long load1           # submissions during the capture (the greedy choice)
-    cdef bint joined1              # joined the capture
+    cdef LaneMode eager, capture
     cdef Submission dep            # the collection of one submission's dependencies
     cdef long long dep_gen
 
@@ -106,13 +109,10 @@ cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=*) 
 # Whether `lane` (an index) already has the allocation work `r.want` asks for behind it.
 cdef bint alloc_ordered(_AllocStream r, int lane)
 cdef int set_alloc_ordered(_AllocStream r, int lane) except -1
-# What `lane` (in mode m) already waited for of producer lane `producer`: the highest seq.
-cdef inline long long seen(_Lane lane, int m, int producer) noexcept:
-    if m == 0:
-        return lane.seen0[producer] if producer < lane.nseen0 else 0
-    return lane.seen1[producer] if producer < lane.nseen1 else 0
-cdef int set_seen(_Lane lane, int m, int producer, long long seq) except -1
-cdef int forget_seen(_Lane lane, int m) except -1
+# What a lane (in mode `lm`) already waited for of producer lane `producer`: the highest seq.
+cdef inline long long seen(LaneMode lm, int producer) noexcept:
+    return lm.seen[producer] if producer < lm.nseen else 0
+cdef int set_seen(LaneMode lm, int producer, long long seq) except -1
 
 # The driver calls of a submission: C for pycudadrv's own Streams and Events, their Python methods else.
 cdef int wait_event(object s, object ev) except -1          # cuStreamWaitEvent

@@ -162,12 +162,25 @@ cdef class Submission:
 
 @cython.final
 @cython.auto_pickle(False)
-cdef class _Lane:
-    """A stream the queue issues on (internal)."""
+cdef class LaneMode:
+    """A lane's ordering state in one mode of its queue (internal)."""
 
     def __dealloc__(self):
-        free(self.seen0)
-        free(self.seen1)
+        free(self.seen)
+
+    cdef int reset(self) except -1:
+        self.tail = None
+        self.load = 0
+        self.joined = False
+        if self.nseen:
+            memset(self.seen, 0, self.nseen * sizeof(long long))
+        return 0
+
+
+@cython.final
+@cython.auto_pickle(False)
+cdef class _Lane:
+    """A stream the queue issues on (internal)."""
 
     def __repr__(self):
         return f"<lane {self.index} {self.stream!r}>"
@@ -180,6 +193,8 @@ cdef _Lane new_lane(int index, object stream, bint owned):
     lane.owned = owned
     lane.inflight = []
     lane.kw = {"stream": stream}
+    lane.eager = LaneMode.__new__(LaneMode)
+    lane.capture = LaneMode.__new__(LaneMode)
     return lane
 
 
@@ -378,29 +393,18 @@ cdef int set_alloc_ordered(_AllocStream r, int lane) except -1:
     return 0
 
 
-cdef int set_seen(_Lane lane, int m, int producer, long long seq) except -1:
-    cdef long long** row = &lane.seen0 if m == 0 else &lane.seen1
-    cdef Py_ssize_t* n = &lane.nseen0 if m == 0 else &lane.nseen1
+cdef int set_seen(LaneMode lm, int producer, long long seq) except -1:
     cdef Py_ssize_t want
     cdef long long* p
-    if producer >= n[0]:
-        want = max(producer + 1, 2 * n[0], 8)
-        p = <long long*>realloc(row[0], want * sizeof(long long))
+    if producer >= lm.nseen:
+        want = max(producer + 1, 2 * lm.nseen, 8)
+        p = <long long*>realloc(lm.seen, want * sizeof(long long))
         if p == NULL:
             raise MemoryError("Queue ordering table")
-        memset(p + n[0], 0, (want - n[0]) * sizeof(long long))
-        row[0] = p
-        n[0] = want
-    row[0][producer] = seq
-    return 0
-
-
-cdef int forget_seen(_Lane lane, int m) except -1:
-    if m == 0:
-        if lane.nseen0:
-            memset(lane.seen0, 0, lane.nseen0 * sizeof(long long))
-    elif lane.nseen1:
-        memset(lane.seen1, 0, lane.nseen1 * sizeof(long long))
+        memset(p + lm.nseen, 0, (want - lm.nseen) * sizeof(long long))
+        lm.seen = p
+        lm.nseen = want
+    lm.seen[producer] = seq
     return 0
 
 
@@ -533,7 +537,7 @@ cdef int let_go(list lanes) except -1:
     for lane in lanes:
         del lane.inflight[:]
         lane.head = 0
-        lane.tail0 = lane.tail1 = lane.dep = None
+        lane.eager.tail = lane.capture.tail = lane.dep = None
     return 0
 
 

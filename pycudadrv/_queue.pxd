@@ -1,6 +1,6 @@
 from libc.stdint cimport uint64_t
 from cpython.object cimport PyObject
-from pycudadrv._hazards cimport Submission, _Lane, DepList, _AllocStream, _EventPool, RetireClock
+from pycudadrv._hazards cimport Submission, _Lane, LaneMode, DepList, _AllocStream, _EventPool, RetireClock
 from pycudadrv._tracker cimport _Tracker, TrackHint
 
 # One byte range [lo, hi) touched by a submission (the Queue's scratch list of them).
@@ -9,6 +9,15 @@ ctypedef struct QueueAccess:
     uint64_t hi
     bint write
     TrackHint hint                 # what the tracker's collect found, for its commit
+
+# What a queue orders by in one mode: the byte ranges and who last touched them; in the capture mode, the
+# graph being captured, its fork event and the lanes that joined it (None / [] in the eager mode).
+cdef class QueueMode:
+    cdef readonly bint capturing
+    cdef _Tracker tracker
+    cdef object graph
+    cdef object fork
+    cdef list joined
 
 cdef class QueueCore:
     cdef object _device
@@ -23,11 +32,8 @@ cdef class QueueCore:
     cdef _EventPool _events         # recycled events (timing=False)
     cdef long long _seq
     cdef long long _gen
-    cdef int _m                    # 0 eager, 1 capturing
-    cdef _Tracker _t0, _t1
-    cdef object _graph             # the graph being captured (mode 1), else None
-    cdef object _fork              # its fork event
-    cdef list _joined              # lanes joined to the capture
+    cdef QueueMode _eager, _capture
+    cdef QueueMode _mode           # the one in force: _eager, or _capture during Queue.capture()
     cdef dict _layouts             # Function -> (params, access bytes or None)
     cdef object _last_fn, _last_params, _last_acc
     cdef bint _closed

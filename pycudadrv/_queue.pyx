@@ -23,7 +23,7 @@ from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
 from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, pool_push, pool_pop,
                                  K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL, want_serial, known_done,
-                                 new_lane, in_flight, pending_of, retire_to, seen, set_seen, forget_seen,
+                                 new_lane, in_flight, pending_of, retire_to, seen, set_seen,
                                  alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
                                  stream_idle, wait_stream, stream_closed,
                                  RETIRE_EVERY, retire_every, let_go)
@@ -49,6 +49,31 @@ _SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview,
 
 # -- the queue's core ---------------------------------------------------------------------------
 
+@cython.final
+@cython.auto_pickle(False)
+cdef class QueueMode:
+    """What a queue orders by in one mode (internal): its tracker, and the capture's graph, fork event and
+    joined lanes."""
+
+
+cdef QueueMode _new_mode(bint capturing):
+    cdef QueueMode m = QueueMode.__new__(QueueMode)
+    m.capturing = capturing
+    m.tracker = _Tracker()
+    m.joined = []
+    return m
+
+
+cdef inline LaneMode _lane_mode(_Lane lane, QueueMode m):
+    """The lane's state in the queue's mode ``m``."""
+    return lane.capture if m.capturing else lane.eager
+
+
+cdef inline long long _load(_Lane lane, QueueMode m) noexcept:
+    """What the greedy choice compares: work not seen complete (eager), or issued during the capture."""
+    return lane.capture.load if m.capturing else in_flight(lane)
+
+
 @cython.auto_pickle(False)
 @cython.no_gc_clear         # __dealloc__ reads the lanes (_let_go)
 cdef class QueueCore:
@@ -56,8 +81,8 @@ cdef class QueueCore:
     users make)."""
 
     def __cinit__(self, *args, **kwargs):
-        self._t0 = _Tracker()
-        self._t1 = _Tracker()
+        self._eager = self._mode = _new_mode(False)
+        self._capture = _new_mode(True)
         self._closed = True
 
     def __dealloc__(self):
@@ -88,7 +113,6 @@ cdef class QueueCore:
         self._clock.every = self._clock.base = self._countdown = RETIRE_EVERY
         self._clock.pool = len(pool)
         self._clock.found = True
-        self._joined = []
         self._Stream = stream_type
         self._Event = event_type
         self._Buffer = buffer_type
@@ -111,7 +135,7 @@ cdef class QueueCore:
 
     @property
     def _capturing(self):
-        return self._m == 1
+        return self._mode.capturing
 
     @property
     def _closed_now(self):
@@ -363,9 +387,9 @@ cdef class QueueCore:
             return <_Lane>self._lanes[k]
         if first is not None:
             lane = first.lane
-            if lane.owned and (lane.tail0 if self._m == 0 else lane.tail1) is first:
+            if lane.owned and _lane_mode(lane, self._mode).tail is first:
                 return lane       # right behind its input: no wait, nothing unrelated in between
-        if self._m == 0:
+        if not self._mode.capturing:
             for k in range(self._pool):     # a stream with nothing in flight is least loaded, without asking
                 lane = <_Lane>self._lanes[k]
                 if in_flight(lane) == 0:
@@ -374,10 +398,10 @@ cdef class QueueCore:
             # here (every pool-size submissions) cost a query per stream per choice -- a query that finds
             # its event done is 1.36 us on the H200 -- and undid the check's back-off while the GPU is behind.
         best = <_Lane>self._lanes[0]
-        least = in_flight(best) if self._m == 0 else best.load1
+        least = _load(best, self._mode)
         for k in range(1, self._pool):
             lane = <_Lane>self._lanes[k]
-            load = in_flight(lane) if self._m == 0 else lane.load1
+            load = _load(lane, self._mode)
             if load < least:
                 best, least = lane, load
         return best
@@ -387,7 +411,7 @@ cdef class QueueCore:
         """Mark the submissions the GPU has finished (``cuEventQuery``); see retire_every."""
         retire_every(self._lanes, self._events, &self._clock)
         self._countdown = self._clock.every
-        if len(self._lanes) > self._pool and self._m == 0:
+        if len(self._lanes) > self._pool and not self._mode.capturing:
             self._drop_idle_lanes()
         return 0
 
@@ -414,7 +438,7 @@ cdef class QueueCore:
                     kept = self._lanes[:k]
                     gone = set()
                 gone.add(lane)
-                let_go([lane])          # (its Submissions reference it: the cycle through tail0)
+                let_go([lane])          # (its Submissions reference it: the cycle through its tail)
                 self._free_index.append(lane.index)
             elif kept is not None:
                 kept.append(lane)
@@ -440,19 +464,21 @@ cdef class QueueCore:
         allocation streams noted (``self._fresh``). ``kind`` says how to run it: K_LAUNCH
         ``target.launch(grid, block, *args[0:nargs], stream=s, **kw)`` (``args`` borrowed: the caller
         holds them), K_PREPARED ``target.launch_on(s)``, else ``target(s)``."""
-        cdef int m = self._m
-        cdef _Tracker tracker = self._t0 if m == 0 else self._t1
+        cdef QueueMode mode = self._mode
+        cdef bint capturing = mode.capturing
+        cdef _Tracker tracker = mode.tracker
         cdef Submission me, first = None, f, dep
         cdef _Lane lane, dl
+        cdef LaneMode lm
         cdef Py_ssize_t a, k
         cdef object s, ev, start = None, st
         cdef _AllocStream r
         if self._closed:
             raise ClosedError("Queue is closed")
-        if timed and m == 1:
+        if timed and capturing:
             raise CaptureError("timed=True during Queue.capture(): captured work is not run by itself; time the "
                                "graph launch instead (Queue.launch_graph(graph, timed=True))")
-        if m == 0:
+        if not capturing:
             self._countdown -= 1
             if self._countdown <= 0:
                 self._retire()
@@ -464,7 +490,7 @@ cdef class QueueCore:
         me._kind = kind
         me._name = name
         me._kernel = kind != K_OTHER
-        me._captured = m == 1
+        me._captured = capturing
         self._deps.n = 0
         for a in range(self._nacc):
             f = tracker.collect(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me, &self._deps, self._gen,
@@ -473,12 +499,13 @@ cdef class QueueCore:
                 first = f
         lane = self._lane_of(stream) if stream is not None else self._choose(first)
         s = lane.stream
-        if m == 1 and not lane.joined1:
-            wait_event(s, self._fork)                  # the stream joins the capture
-            lane.joined1 = True
-            self._joined.append(lane)
+        lm = _lane_mode(lane, mode)
+        if capturing and not lm.joined:
+            wait_event(s, mode.fork)                  # the stream joins the capture
+            lm.joined = True
+            mode.joined.append(lane)
         try:
-            for k in range(self._nfresh if m == 0 else 0):
+            for k in range(0 if capturing else self._nfresh):
                 # Memory made on a stream outside the pool: its allocation work first, checked once.
                 r = <_AllocStream>self._fresh[k]
                 st = r.stream
@@ -501,10 +528,10 @@ cdef class QueueCore:
                 # first -- on the H200 cuEventQuery of a finished event costs 1.36 us, a satisfied
                 # cuStreamWaitEvent 0.15 us (tools/probe_event_costs.py): asking costs more than
                 # the wait it might save.
-                if dl is lane or dep.done or seen(lane, m, dl.index) >= dep.seq:
+                if dl is lane or dep.done or seen(lm, dl.index) >= dep.seq:
                     continue
                 wait_event(s, dep._event)
-                set_seen(lane, m, dl.index, dep.seq)
+                set_seen(lm, dl.index, dep.seq)
                 self.waits += 1
         except CudaError as err:
             if err.code in ASYNC_ERROR_CODES:
@@ -515,7 +542,7 @@ cdef class QueueCore:
             ev = self._Event(timing=True, device=self._device)
             start = self._Event(timing=True, device=self._device)
         else:
-            ev = pool_pop(self._events) if m == 0 else None    # a captured event is never queried or reused
+            ev = None if capturing else pool_pop(self._events)    # a captured event is never queried or reused
             if ev is None:
                 ev = self._Event(timing=False, device=self._device)
         try:
@@ -529,33 +556,30 @@ cdef class QueueCore:
                 target(s)
             record_event(ev, s, target if kind == K_LAUNCH else None)
         except CudaError as err:
-            if m == 0 and not timed:
+            if not capturing and not timed:
                 pool_push(self._events, ev)
             if err.code in ASYNC_ERROR_CODES:
                 raise self._async_error(err, f"issuing {me.label}", me) from err
             raise
         except BaseException:
-            if m == 0 and not timed:
+            if not capturing and not timed:
                 pool_push(self._events, ev)
             raise
-        if m == 1:
-            lane.load1 += 1
+        if capturing:
+            lm.load += 1
             if kind == K_LAUNCH:
                 if nargs:                     # launches on joined streams are not seen by the capture itself
-                    self._graph.hold(*vec_tuple(args, nargs))
+                    mode.graph.hold(*vec_tuple(args, nargs))
             elif kind == K_PREPARED:
-                self._graph.hold(target, *target.args)
+                mode.graph.hold(target, *target.args)
             elif keep:
-                self._graph.hold(*keep)
+                mode.graph.hold(*keep)
         me._event = ev
         me._start = start
-        if m == 0:
-            lane.tail0 = me
-        else:
-            lane.tail1 = me
+        lm.tail = me
         for a in range(self._nacc):
             tracker.commit(self._acc[a].lo, self._acc[a].hi, self._acc[a].write, me, &self._acc[a].hint)
-        if m == 0:
+        if not capturing:
             lane.inflight.append(me)
         self.submissions += 1
         return me
@@ -599,7 +623,7 @@ cdef class QueueCore:
     def _note_write(self, Submission sub, sp):
         """Record that ``sub`` wrote ``sp`` = ``(lo, hi)`` (an allocation made by it)."""
         if sp is not None:
-            (self._t0 if self._m == 0 else self._t1).commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub, NULL)
+            self._mode.tracker.commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub, NULL)
 
     # -- submitting kernels ----------------------------------------------------------------------
     def launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, timed=False, **launch_kw):
@@ -663,7 +687,7 @@ cdef class QueueCore:
         cdef _Lane lane
         if self._closed or not self._ready:     # closed, or never initialised
             return
-        if self._m == 1:
+        if self._mode.capturing:
             raise CaptureError("Queue.synchronize() during Queue.capture(): end the `with` block first")
         for lane in self._lanes:
             if in_flight(lane):
@@ -679,9 +703,8 @@ cdef class QueueCore:
         for lane in self._lanes:
             if in_flight(lane):         # all of it is done: retire up to the last (events recycled)
                 retire_to(lane, <Submission>lane.inflight[-1], self._events)
-            lane.tail0 = None
-            forget_seen(lane, 0)
-        self._t0.reset()
+            lane.eager.reset()
+        self._eager.tracker.reset()
 
     def _lanes_kept(self):
         """How many streams the queue keeps a lane for: the pool's and those given with stream= kept."""
@@ -703,35 +726,33 @@ cdef class QueueCore:
     def _capture_begin(self, graph, fork):
         cdef _Lane lane
         self._check("capture")
-        if self._m == 1:
+        if self._mode.capturing:
             raise CaptureError("Queue.capture(): this queue is already capturing")
-        self._t1.reset()
+        cdef QueueMode c = self._capture
+        c.tracker.reset()
         for lane in self._lanes:
-            lane.tail1 = None
-            lane.load1 = 0
-            lane.joined1 = False
-            forget_seen(lane, 1)
+            lane.capture.reset()
         origin = <_Lane>self._lanes[0]
-        origin.joined1 = True
-        self._joined = [origin]
-        self._graph = graph
-        self._fork = fork
-        self._m = 1
+        origin.capture.joined = True
+        c.joined = [origin]
+        c.graph = graph
+        c.fork = fork
+        self._mode = c
 
     def _capture_joined(self):
         """The streams other than the origin that joined the capture."""
-        return [(<_Lane>lane).stream for lane in self._joined[1:]]
+        return [(<_Lane>lane).stream for lane in self._capture.joined[1:]]
 
     def _capture_end(self):
         cdef _Lane lane
-        for lane in self._joined:
-            lane.joined1 = False
-            lane.tail1 = None
-        self._joined = []
-        self._graph = None
-        self._fork = None
-        self._t1.reset()
-        self._m = 0
+        cdef QueueMode c = self._capture
+        for lane in c.joined:
+            lane.capture.reset()
+        c.joined = []
+        c.graph = None
+        c.fork = None
+        c.tracker.reset()
+        self._mode = self._eager
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -742,14 +763,14 @@ cdef class QueueCore:
         cdef int k
         if self._closed or not self._ready:     # closed, or never initialised
             return
-        if self._m == 1:
+        if self._mode.capturing:
             raise StateError("Queue.close() during Queue.capture(): end the `with` block first")
         self._closed = True
         for k in range(self._pool):
             (<_Lane>self._lanes[k]).stream.close()
         self._let_go()
         self._events = _EventPool()
-        self._t0 = _Tracker()
+        self._eager.tracker = _Tracker()
 
     def stats(self) -> dict:
         """``{"submissions", "waits", "in_flight": [per pool stream], "tracked_ranges"}``:
@@ -759,10 +780,10 @@ cdef class QueueCore:
             raise not_made("Queue", "stats", "Queue(device, streams=4)")
         return {"submissions": self.submissions, "waits": self.waits,
                 "in_flight": [in_flight(<_Lane>self._lanes[k]) for k in range(self._pool)],
-                "tracked_ranges": len((self._t0 if self._m == 0 else self._t1).segs)}
+                "tracked_ranges": len(self._mode.tracker.segs)}
 
     def _tracker_dump(self):
-        return (self._t0 if self._m == 0 else self._t1)._dump()
+        return self._mode.tracker._dump()
 
     def __repr__(self):
         cdef _Lane lane
@@ -771,7 +792,7 @@ cdef class QueueCore:
         if self._closed:
             return "<Queue closed>"
         busy = sum(in_flight(lane) for lane in self._lanes)
-        cap = ", capturing" if self._m == 1 else ""
+        cap = ", capturing" if self._mode.capturing else ""
         policy = "round_robin" if self._round_robin else "greedy"
         return (f"<Queue on device {self._device.ordinal}, {self._pool} streams, policy={policy!r}, "
                 f"{busy} submission(s) in flight{cap}>")

@@ -13,8 +13,9 @@ ctypedef struct TrackHint:
 cdef class _Seg:
     cdef uint64_t lo, hi
     cdef Submission writer         # the last writer, or None
-    # The latest reader per lane since that write: r0, r1, then the list `rs` (None until a third lane).
-    cdef Submission r0, r1
+    # The latest reader per lane since that write: two inline (reader_a, reader_b), then the list `rs`
+    # (None until a third lane).
+    cdef Submission reader_a, reader_b
     cdef list rs
 
 # Disjoint byte ranges of device memory, sorted, each with its last writer and readers since.

@@ -37,7 +37,7 @@ cdef inline _Seg _new_seg(uint64_t lo, uint64_t hi, Submission writer, Submissio
     s.lo = lo
     s.hi = hi
     s.writer = writer
-    s.r0 = reader
+    s.reader_a = reader
     return s
 
 
@@ -58,16 +58,16 @@ cdef inline int _insert(list segs, Py_ssize_t i, _Seg seg) except -1:
 
 
 cdef inline _Seg _copy_seg(_Seg seg, uint64_t lo, uint64_t hi):
-    cdef _Seg s = _new_seg(lo, hi, seg.writer, seg.r0)
-    s.r1 = seg.r1
+    cdef _Seg s = _new_seg(lo, hi, seg.writer, seg.reader_a)
+    s.reader_b = seg.reader_b
     if seg.rs is not None:
         s.rs = list(seg.rs)
     return s
 
 
 cdef inline int _clear_readers(_Seg seg) except -1:
-    seg.r0 = None
-    seg.r1 = None
+    seg.reader_a = None
+    seg.reader_b = None
     seg.rs = None
     return 0
 
@@ -103,8 +103,8 @@ cdef inline Py_ssize_t _slot(uint64_t lo, Py_ssize_t cap):
 
 
 cdef inline int _drop_finished_readers(_Seg seg) except -1:
-    """Keep the readers of ``seg`` not seen complete, r0 and r1 first."""
-    cdef Submission a = seg.r0, b = seg.r1
+    """Keep the readers of ``seg`` not seen complete, reader_a and reader_b first."""
+    cdef Submission a = seg.reader_a, b = seg.reader_b
     cdef list more = None
     if a is not None and a.done:
         a = None
@@ -119,8 +119,8 @@ cdef inline int _drop_finished_readers(_Seg seg) except -1:
             a = <Submission>more.pop(0)
         if b is None and more:
             b = <Submission>more.pop(0)
-    seg.r0 = a
-    seg.r1 = b
+    seg.reader_a = a
+    seg.reader_b = b
     seg.rs = more if more else None
     return 0
 
@@ -133,23 +133,23 @@ cdef inline int _add_reader(_Seg seg, Submission sub) except -1:
     cdef list rs = seg.rs
     cdef Py_ssize_t k
     cdef _Lane lane = sub.lane
-    if seg.r0 is not None and seg.r0.lane is lane:
-        seg.r0 = sub
+    if seg.reader_a is not None and seg.reader_a.lane is lane:
+        seg.reader_a = sub
         return 0
-    if seg.r1 is not None and seg.r1.lane is lane:
-        seg.r1 = sub
+    if seg.reader_b is not None and seg.reader_b.lane is lane:
+        seg.reader_b = sub
         return 0
     if rs is not None:
         for k in range(len(rs)):
             if (<Submission>rs[k]).lane is lane:
                 rs[k] = sub
                 return 0
-    if rs is not None or (seg.r0 is not None and seg.r0.done) or (seg.r1 is not None and seg.r1.done):
+    if rs is not None or (seg.reader_a is not None and seg.reader_a.done) or (seg.reader_b is not None and seg.reader_b.done):
         _drop_finished_readers(seg)
-    if seg.r0 is None:
-        seg.r0 = sub
-    elif seg.r1 is None:
-        seg.r1 = sub
+    if seg.reader_a is None:
+        seg.reader_a = sub
+    elif seg.reader_b is None:
+        seg.reader_b = sub
     elif seg.rs is None:
         seg.rs = [sub]
     else:
@@ -288,8 +288,8 @@ cdef class _Tracker:
             add_dep(deps, gen, w)
             found = w
         if write:
-            _reader_deps(seg.r0, me, deps, gen)
-            _reader_deps(seg.r1, me, deps, gen)
+            _reader_deps(seg.reader_a, me, deps, gen)
+            _reader_deps(seg.reader_b, me, deps, gen)
             if seg.rs is not None:
                 for r in seg.rs:
                     _reader_deps(<Submission>r, me, deps, gen)
@@ -428,9 +428,9 @@ cdef class _Tracker:
         self.version += 1
         self.removals += 1
         for seg in self.segs:
-            if seg.r0 is not None:
+            if seg.reader_a is not None:
                 _drop_finished_readers(seg)
-            if (seg.writer is None or seg.writer.done) and seg.r0 is None:
+            if (seg.writer is None or seg.writer.done) and seg.reader_a is None:
                 continue
             keep.append(seg)
         if len(keep) != len(self.segs):
@@ -453,6 +453,6 @@ cdef class _Tracker:
             raise StateError(f"Queue range tracker: the index by start address is out of step with "
                                  f"the {len(self.segs)} segments ({self.count} indexed)")
         return [(seg.lo, seg.hi, None if seg.writer is None else seg.writer.seq,
-                 sorted(r.seq for r in [seg.r0, seg.r1, *(seg.rs or ())] if r is not None)) for seg in self.segs]
+                 sorted(r.seq for r in [seg.reader_a, seg.reader_b, *(seg.rs or ())] if r is not None)) for seg in self.segs]
 
 

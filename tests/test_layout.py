@@ -274,3 +274,29 @@ def test_package_all_is_built_from_the_submodules():
     for mod in (_launch, _memory, _stream):
         for name in mod.__all__:
             assert name in pycudadrv.__all__ and getattr(pycudadrv, name) is getattr(mod, name)
+
+
+CDEF_FIELD_RE = re.compile(r"^\s+cdef\s+(?:readonly\s+|public\s+)?(?:\w+\s*\**\s+)+?(\**\w+(?:\s*,\s*\**\w+)*)\s*(?:#.*)?$",
+                           re.M)
+
+
+def _declared_fields(text):
+    for m in CDEF_FIELD_RE.finditer(text):
+        for name in m.group(1).split(","):
+            yield name.strip().lstrip("*")
+
+
+@needs_sources
+def test_no_declarations_hold_one_state_twice_as_numbered_fields():
+    """Two modes of one thing (eager and capture) are two records of one type, not fields ``x0``/``x1``."""
+    twins = []
+    for f, text in _sources():
+        if f.endswith(".pxd"):
+            names = set(_declared_fields(text))
+            twins += [f"{f}: {n[:-1]}0/{n[:-1]}1" for n in sorted(names) if n.endswith("0") and n[:-1] + "1" in names]
+    assert twins == []
+
+
+def test_the_numbered_field_guard_reads_the_declarations_it_guards():
+    text = "cdef class L:\n    cdef Submission tail0, tail1   # eager, capture\n    cdef long long* seen0\n"
+    assert list(_declared_fields(text)) == ["tail0", "tail1", "seen0"]
