@@ -453,6 +453,10 @@ cdef class Function(KernelBase):
         """The ``CUfunction`` as an int."""
         return <uintptr_t>self._handle
 
+    # A method descriptor (binding False): the call goes from CPython's vectorcall straight to the
+    # argument parsing, with no bound-method object (and CPython checks that self is a Function).
+    @cython.binding(False)
+    @cython.embedsignature.format("clinic")     # inspect.signature reads its text signature
     def launch(self, grid, block, *args, shared_mem_bytes=0, stream=None, cooperative=False, cluster=None,
                programmatic_dependent=False):
         """Launch the kernel (``cuLaunchKernel``; ``cuLaunchKernelEx`` when a
@@ -500,9 +504,6 @@ cdef class Function(KernelBase):
         """
         cdef unsigned int shmem = 0
         cdef LaunchConfig lc = None
-        if not isinstance(self, Function):      # Function.launch(x, ...): Cython does not check x's type
-            raise ArgumentTypeError(f"Function.launch(fn, grid, block, *args, ...) needs a Function first, got "
-                                    f"{type(self).__name__}")
         if shared_mem_bytes is not 0:
             shmem = shared_mem_arg(shared_mem_bytes, f"kernel '{self.name}'")
         if cluster is not None or cooperative is not False or programmatic_dependent is not False:

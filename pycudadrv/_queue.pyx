@@ -626,6 +626,8 @@ cdef class QueueCore:
             self._mode.tracker.commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub, NULL)
 
     # -- submitting kernels ----------------------------------------------------------------------
+    @cython.binding(False)                      # a method descriptor, as Function.launch
+    @cython.embedsignature.format("clinic")
     def launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, timed=False, **launch_kw):
         """Launch ``fn`` (as :meth:`Function.launch`, which takes ``launch_kw``: ``shared_mem_bytes``,
         ``cooperative``, ``cluster``, ...) on a stream of the pool, after the work it depends on; returns
@@ -634,13 +636,11 @@ cdef class QueueCore:
         ``reads`` / ``writes``: Buffers, views or CAI objects (or one of them) that the kernel reads /
         writes; they override what the parameter layout says about the same memory and add memory the
         arguments do not show. ``timed=True`` records a timing event before and after it
-        (:meth:`Submission.elapsed_ms`). Raises ArgumentTypeError without ``fn``, ``grid`` and ``block``,
+        (:meth:`Submission.elapsed_ms`). Raises TypeError without ``fn``, ``grid`` and ``block``,
         and what :meth:`Function.launch` raises; a CudaError of an earlier kernel's fault names the
         earliest unfinished kernel."""
         cdef bint is_timed
         cdef str name
-        if not isinstance(self, QueueCore):     # Queue.launch(x, ...): Cython does not check x's type
-            raise ArgumentTypeError(f"Queue.launch needs a Queue first, got {type(self).__name__}")
         is_timed = flag_arg(timed, "timed", "Queue.launch")
         self._check("launch")
         if type(fn) is Function:

@@ -163,7 +163,7 @@ def make_program(seed, n_segments=10, foreign_kinds=("cai3", "dlpack")):
         seg.paths = [str(rng.choice(["generic", "prepared", "set_arg", "launch_on", "view", "spelled", "kwdict"]))
                      for _ in ops]
         if how == "aio":
-        seg.completion = str(rng.choice(["loop", "loop", "blocking"]))
+            seg.completion = str(rng.choice(["loop", "loop", "blocking"]))
         segs.append(seg)
     return Program(seed, init, foreign, segs)
 

@@ -1285,17 +1285,17 @@ RELEASE_RUNS_PYTHON_SCRIPT = textwrap.dedent(r"""
     class Dying(cd.Event):
         def __del__(self):                  # Python code run while the waiter releases this Event
             try:
-                w.submit(recorded(), ch, 3, False)
+                w.submit(recorded(), ch, 3)
             except Exception as e:
                 errors.append(repr(e))
     ev = recorded(Dying)
-    w.submit(ev, ch, 1, False)
+    w.submit(ev, ch, 1)
     del ev                                  # the waiter holds it alone now
     settle(1)
-    w.submit(recorded(), ch, 2, False)      # releases the finished Dying event: its __del__ submits a wait
+    w.submit(recorded(), ch, 2)      # releases the finished Dying event: its __del__ submits a wait
     for token in range(4, 10):
         try:
-            w.submit(recorded(), ch, token, False)
+            w.submit(recorded(), ch, token)
         except Exception as e:
             errors.append(repr(e))
     settle(9)
