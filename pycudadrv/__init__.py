@@ -54,38 +54,55 @@ from pycudadrv import _sequence, _loops, _env
 from pycudadrv import nvrtc, link, triton, timestamps, dispatch, bench, profile, queue, aio, nvtx  # noqa: F401
 from pycudadrv import _builder  # noqa: F401
 
-from pycudadrv._errors import *  # noqa: F401,F403
-from pycudadrv._driver import *  # noqa: F401,F403
-from pycudadrv._device import *  # noqa: F401,F403
-from pycudadrv._stream import *  # noqa: F401,F403
-from pycudadrv._event import *  # noqa: F401,F403
-from pycudadrv._host import *  # noqa: F401,F403
-from pycudadrv._memory import *  # noqa: F401,F403
-from pycudadrv._usage import BufferUsages as BufferUsages
-from pycudadrv._interop import *  # noqa: F401,F403
-from pycudadrv._marshal import *  # noqa: F401,F403
-from pycudadrv._kernel import *  # noqa: F401,F403
-from pycudadrv._launch import *  # noqa: F401,F403
-from pycudadrv._prepared import PreparedLaunch as PreparedLaunch
-from pycudadrv._module import *  # noqa: F401,F403
-from pycudadrv._graph import *  # noqa: F401,F403
-from pycudadrv._sequence import *  # noqa: F401,F403
-from pycudadrv._loops import *  # noqa: F401,F403
-from pycudadrv._builder import *  # noqa: F401,F403
-from pycudadrv._capabilities import DeviceInfo as DeviceInfo
-from pycudadrv._attributes import DEVICE_ATTRIBUTES as DEVICE_ATTRIBUTES, FUNCTION_ATTRIBUTES as FUNCTION_ATTRIBUTES
-from pycudadrv.nvrtc import *  # noqa: F401,F403
-from pycudadrv.link import *  # noqa: F401,F403
-from pycudadrv.triton import from_triton as from_triton, TritonKernel as TritonKernel
-from pycudadrv.timestamps import *  # noqa: F401,F403
-from pycudadrv.dispatch import Dispatch as Dispatch, Encoder as Encoder
-from pycudadrv.queue import *  # noqa: F401,F403
-from pycudadrv._version import __version__ as __version__
-from pycudadrv.config import show_config as show_config
+# What a user calls. Everything else stays in its module (pycudadrv.nvrtc.cache_dir,
+# pycudadrv.link.fatbin_entries, pycudadrv._marshal.PARAM_LIMIT_LARGE, ...).
+from pycudadrv._errors import (
+    Error, CudaError, OutOfMemoryError, CudaUnavailableError, NotSupportedError, ArgumentTypeError,
+    ArgumentValueError, ArgumentIndexError, ClosedError, StateError, CaptureError,
+    EventNotRecordedError, NotReadyError, GraphUpdateError, BufferInUseError,
+    LibraryUnavailableError, NvrtcError, NvrtcUnavailableError, LinkError, LinkerUnavailableError,
+    CudnnError, CudnnUnavailableError, HeaderNotFoundError)
+from pycudadrv._driver import is_available, require, driver_version
+from pycudadrv._device import (
+    Device, context, device_count, get_current_device, select_devices, selected_devices)
+from pycudadrv._stream import Stream
+from pycudadrv._event import Event
+from pycudadrv._host import HostBuffer
+from pycudadrv._memory import Buffer
+from pycudadrv._interop import asbuffer, data_pointer
+from pycudadrv._marshal import pack_arguments
+from pycudadrv._launch import (
+    Function, LaunchConfig, set_release_gil, get_release_gil, set_launch_hook, get_launch_hook)
+from pycudadrv._prepared import PreparedLaunch
+from pycudadrv._module import Module, load_module, clear_module_cache, image_kind
+from pycudadrv._graph import CapturedGraph, graph_memory_used
+from pycudadrv._sequence import LaunchSequence
+from pycudadrv._loops import DeviceLoop, Condition, when
+from pycudadrv._builder import LaunchBuilder
+from pycudadrv.nvrtc import compile, ObjectCode, nvrtc_version
+from pycudadrv.link import Linker, build_fatbin
+from pycudadrv.timestamps import Timestamps
+from pycudadrv.queue import Queue, Submission, set_queue_defaults, get_queue_defaults, reset_queue_defaults
+from pycudadrv._usage import BufferUsages
+from pycudadrv._capabilities import DeviceInfo
+from pycudadrv.triton import from_triton, TritonKernel
+from pycudadrv.dispatch import Dispatch, Encoder
+from pycudadrv._version import __version__
+from pycudadrv.config import show_config
 
-__all__ = sorted({*_errors.__all__, *_driver.__all__, *_device.__all__, *_stream.__all__, *_event.__all__, *_host.__all__,
-                  *_memory.__all__, *_interop.__all__, *_marshal.__all__, *_kernel.__all__, *_launch.__all__, *_prepared.__all__, *_module.__all__,
-                  *_graph.__all__, *_sequence.__all__, *_loops.__all__, *_builder.__all__, *nvrtc.__all__, *link.__all__, *timestamps.__all__,
-                  *queue.__all__,
-                  "Dispatch", "Encoder", "DeviceInfo", "BufferUsages", "DEVICE_ATTRIBUTES", "FUNCTION_ATTRIBUTES", "from_triton", "TritonKernel",
-                  "show_config", "__version__", "bench", "profile", "dispatch", "aio"})
+__all__ = [
+    'ArgumentIndexError', 'ArgumentTypeError', 'ArgumentValueError', 'Buffer', 'BufferInUseError',
+    'BufferUsages', 'CaptureError', 'CapturedGraph', 'ClosedError', 'Condition', 'CudaError',
+    'CudaUnavailableError', 'CudnnError', 'CudnnUnavailableError', 'Device', 'DeviceInfo', 'DeviceLoop',
+    'Dispatch', 'Encoder', 'Error', 'Event', 'EventNotRecordedError', 'Function', 'GraphUpdateError',
+    'HeaderNotFoundError', 'HostBuffer', 'LaunchBuilder', 'LaunchConfig', 'LaunchSequence',
+    'LibraryUnavailableError', 'LinkError', 'Linker', 'LinkerUnavailableError', 'Module',
+    'NotReadyError', 'NotSupportedError', 'NvrtcError', 'NvrtcUnavailableError', 'ObjectCode',
+    'OutOfMemoryError', 'PreparedLaunch', 'Queue', 'StateError', 'Stream', 'Submission', 'Timestamps',
+    'TritonKernel', '__version__', 'aio', 'asbuffer', 'bench', 'build_fatbin', 'clear_module_cache',
+    'compile', 'context', 'data_pointer', 'device_count', 'dispatch', 'driver_version', 'from_triton',
+    'get_current_device', 'get_launch_hook', 'get_queue_defaults', 'get_release_gil',
+    'graph_memory_used', 'image_kind', 'is_available', 'load_module', 'nvrtc_version', 'pack_arguments',
+    'profile', 'require', 'reset_queue_defaults', 'select_devices', 'selected_devices',
+    'set_launch_hook', 'set_queue_defaults', 'set_release_gil', 'show_config', 'when'
+]

@@ -96,7 +96,7 @@ def main(argv=None):
 
     major, minor = cd.driver_version()
     print(f"pycudadrv {cd.__version__}: CUDA driver {major}.{minor} "
-          f"(built against cuda.h {cd.HEADER_CUDA_VERSION // 1000}.{cd.HEADER_CUDA_VERSION % 1000 // 10})")
+          f"(built against cuda.h {cd._driver.HEADER_CUDA_VERSION // 1000}.{cd._driver.HEADER_CUDA_VERSION % 1000 // 10})")
     print(f"{'#':>2}  {'name':<28} {'cc':>5} {'SMs':>4} {'memory (GiB)':>13}")
     for i in range(n_dev):
         d = cd.Device(i)

@@ -347,7 +347,7 @@ cdef class Device:
             if not key.startswith("CU_DEVICE_ATTRIBUTE_"):
                 key = "CU_DEVICE_ATTRIBUTE_" + key
             if key not in _attributes.DEVICE_ATTRIBUTES:
-                raise ArgumentValueError(f"unknown device attribute {name!r}; see pycudadrv.DEVICE_ATTRIBUTES")
+                raise ArgumentValueError(f"unknown device attribute {name!r}; see pycudadrv._attributes.DEVICE_ATTRIBUTES")
             attr = _attributes.DEVICE_ATTRIBUTES[key]
         else:
             attr = int(name)

@@ -123,8 +123,8 @@ def _size_text(n: int) -> str:
 
 def _package(cd: Any) -> dict[str, Any]:
     here = os.path.dirname(os.path.abspath(cd.__file__))
-    hv = cd.HEADER_CUDA_VERSION
-    mv = cd.MIN_DRIVER_VERSION
+    hv = cd._driver.HEADER_CUDA_VERSION
+    mv = cd._driver.MIN_DRIVER_VERSION
     return {
         "version": cd.__version__,
         "location": here,
@@ -150,7 +150,7 @@ def _driver(cd: Any) -> dict[str, Any]:
         major, minor = cd.driver_version()
     except Exception as e:  # noqa: BLE001 -- CudaUnavailableError and anything else: reported
         return {"available": False, "error": _why(e)}
-    name = cd.driver_library()
+    name = cd._driver.driver_library()
     return {"available": True, "library": name, "path": _mapped_path("libcuda.so") or name,
             "version": f"{major}.{minor}"}
 

@@ -34,16 +34,16 @@ if TYPE_CHECKING:  # for annotations only: pycudadrv._module imports this module
     from pycudadrv._stream import _DeviceLike
 
 __all__ = ["compile", "ObjectCode", "NvrtcError", "NvrtcUnavailableError", "nvrtc_version", "nvrtc_path",
-           "nvrtc_supported_archs", "cache_dir", "cache_size", "clear_cache", "ZYX_OPTIONS"]
+           "nvrtc_supported_archs", "cache_dir", "cache_size", "clear_cache", "FAST_MATH_OPTIONS"]
 
 Target = Literal["cubin", "ptx", "fatbin", "ltoir"]
 #: One declared parameter of an extern "C" kernel: (kind, size, align, const), or None when not a plain C type.
 SourceDecl = tuple[int, int, int, "bool | None"]
 T = TypeVar("T")
-#: zyx's NVRTC options, as a preset: ``compile(src, options=ZYX_OPTIONS)``. ``--use_fast_math`` (denormals
+#: zyx's NVRTC options, as a preset: ``compile(src, options=FAST_MATH_OPTIONS)``. ``--use_fast_math`` (denormals
 #: flushed, approximate division, square root and transcendentals) is opt-in: compile() adds no options. zyx
 #: compiles PTX for the device's virtual architecture: pass ``arch="compute_90"`` for that too.
-ZYX_OPTIONS: tuple[str, ...] = ("--use_fast_math",)
+FAST_MATH_OPTIONS: tuple[str, ...] = ("--use_fast_math",)
 
 _lib: ctypes.CDLL | None = None
 _lib_path: str | None = None
@@ -410,7 +410,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
     options : str or sequence of str, optional
         Extra NVRTC options, e.g. ``("--use_fast_math", "-DN=4", "-std=c++17")``;
         one string is split as a shell would (``"-DN=4 -std=c++17"``);
-        :data:`ZYX_OPTIONS` is zyx's preset (fast math, which is never on by default).
+        :data:`FAST_MATH_OPTIONS` is zyx's preset (fast math, which is never on by default).
         ``-arch`` and ``-dlto`` are refused (use ``arch=`` and ``target=``).
     name_expressions : sequence of str, optional
         e.g. ``("axpy<float>",)``; their lowered names land in ``lowered_names``.

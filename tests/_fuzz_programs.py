@@ -620,7 +620,7 @@ class Subject:
     def run(self):
         for seg in self.prog.segments:
             getattr(self, "_" + seg.how)(seg)
-        cd.synchronize_context()      # guard checks ran on every stream: all of them first
+        cd._stream.synchronize_context()      # guard checks ran on every stream: all of them first
         out_stream = cd.Stream()
         self._join_all(out_stream)
         got = [slot.buffer().to_numpy(stream=out_stream) for slot in self.slots]
@@ -629,7 +629,7 @@ class Subject:
             whole = slot.guard_base().to_numpy(stream=out_stream)
             if (whole[:G] != GUARD).any() or (whole[G + N:] != GUARD).any():
                 first_bad = min(first_bad, self.step + 1)
-        cd.synchronize_context()
+        cd._stream.synchronize_context()
         return got, (None if first_bad >= (1 << 30) else first_bad)
 
 

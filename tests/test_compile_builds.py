@@ -186,7 +186,7 @@ def test_a_cache_hit_without_a_kernel_warns_again(cache):
 
 
 def test_an_architecture_nvrtc_cannot_compile_for_lists_the_supported_ones():
-    supported = cd.nvrtc_supported_archs()
+    supported = cd.nvrtc.nvrtc_supported_archs()
     assert "sm_90" in supported and supported == sorted(supported, key=lambda a: int(a[3:]))
     with pytest.raises(cd.ArgumentValueError, match=r"cannot compile for sm_20; it supports .*sm_90"):
         cd.compile(SAXPY, arch="sm_20")
@@ -391,7 +391,7 @@ def test_a_cancelled_nvrtc_compile_stops_with_keyboard_interrupt():
 @needs_nvfatbin
 def test_a_multi_arch_fatbin_loads_and_runs_with_exact_parameter_types(rng, cache):
     dev = cd.Device(0)
-    archs = sorted({"sm_75", "sm_80", dev.arch} & set(cd.nvrtc_supported_archs()) | {dev.arch})
+    archs = sorted({"sm_75", "sm_80", dev.arch} & set(cd.nvrtc.nvrtc_supported_archs()) | {dev.arch})
     mod = cd.compile(SAXPY, arch=archs).load()
     assert mod.kind == "fatbin"
     fn = mod.function("saxpy")

@@ -38,7 +38,7 @@ def test_a_variant_the_architecture_does_not_have_is_refused(arch, variant, star
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a", "sm_100f", "sm_120f", "90", 90, " sm_90 "])
 def test_the_variants_that_exist_compile(arch, monkeypatch):
-    if nvrtc._arch_number(nvrtc._parse_arch(arch)) not in {nvrtc._arch_number(a) for a in cd.nvrtc_supported_archs()}:
+    if nvrtc._arch_number(nvrtc._parse_arch(arch)) not in {nvrtc._arch_number(a) for a in cd.nvrtc.nvrtc_supported_archs()}:
         pytest.skip(f"this NVRTC does not compile for {arch}")
     monkeypatch.setenv("PYCUDADRV_CACHE", "0")
     obj = cd.compile(SRC, arch=arch)

@@ -50,7 +50,7 @@ class FakeDevice:
 def _fake_gpus(monkeypatch, n=2, selected=None):
     monkeypatch.setattr(cd, "require", lambda: None)
     monkeypatch.setattr(cd, "driver_version", lambda: (13, 0))
-    monkeypatch.setattr(cd, "driver_library", lambda: "libcuda.so.1")
+    monkeypatch.setattr(cd._driver, "driver_library", lambda: "libcuda.so.1")
     monkeypatch.setattr(cd, "device_count", lambda: n)
     monkeypatch.setattr(cd, "Device", FakeDevice)
     monkeypatch.setattr(cd, "selected_devices",
@@ -67,7 +67,7 @@ def test_show_config_prints_and_returns_the_same_text(capsys, clean_env, monkeyp
 
 def test_the_build_header_version_is_reported(clean_env, monkeypatch):
     _no_driver(monkeypatch)
-    hv = cd.HEADER_CUDA_VERSION
+    hv = cd._driver.HEADER_CUDA_VERSION
     text = _report()
     assert (f"built against cuda.h of CUDA {hv // 1000}.{hv % 1000 // 10} (HEADER_CUDA_VERSION {hv}); "
             "oldest driver supported: CUDA 12.0") in text

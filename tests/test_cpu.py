@@ -20,13 +20,13 @@ from pycudadrv import _signature as sig
     (b"foobar", 0x85944171f73967e8),
 ])
 def test_fnv1a64_reference_vectors(data, expected):
-    assert cd.fnv1a64(data) == expected
+    assert cd._driver.fnv1a64(data) == expected
 
 
 def test_fnv1a64_accepts_any_bytes_like():
-    assert cd.fnv1a64(bytearray(b"foobar")) == 0x85944171f73967e8
-    assert cd.fnv1a64(memoryview(b"foobar")) == 0x85944171f73967e8
-    assert cd.fnv1a64(np.frombuffer(b"foobar", dtype=np.uint8)) == 0x85944171f73967e8
+    assert cd._driver.fnv1a64(bytearray(b"foobar")) == 0x85944171f73967e8
+    assert cd._driver.fnv1a64(memoryview(b"foobar")) == 0x85944171f73967e8
+    assert cd._driver.fnv1a64(np.frombuffer(b"foobar", dtype=np.uint8)) == 0x85944171f73967e8
 
 
 # --- image kinds ----------------------------------------------------------------
@@ -153,10 +153,10 @@ def test_cuda_error_carries_code_name_description_and_call_and_pickles():
 
 
 def test_generated_tables_match_cuda_h():
-    assert cd.DEVICE_ATTRIBUTES["CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK"] == 1
-    assert cd.DEVICE_ATTRIBUTES["CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"] == 16
-    assert cd.FUNCTION_ATTRIBUTES["CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"] == 0
-    assert cd.MIN_DRIVER_VERSION == 12000
+    assert cd._attributes.DEVICE_ATTRIBUTES["CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK"] == 1
+    assert cd._attributes.DEVICE_ATTRIBUTES["CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"] == 16
+    assert cd._attributes.FUNCTION_ATTRIBUTES["CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"] == 0
+    assert cd._driver.MIN_DRIVER_VERSION == 12000
 
 
 # --- NVRTC (needs no GPU) ------------------------------------------------------------

@@ -647,7 +647,7 @@ for rep in range(3):
     x.close(); out.close()                   # ... and pycudadrv's frees, ordered after its work, follow
     del theirs
     gc.collect()
-cd.synchronize_context()
+cd._stream.synchronize_context()
 print("foreign stream gone: OK")
 """
 
@@ -693,7 +693,7 @@ def test_a_kernel_with_no_parameters_launches_on_every_path(mod, rng, path):
                 await aio.submit(p)
             asyncio.run(go())
     s.synchronize()
-    cd.synchronize_context()
+    cd._stream.synchronize_context()
     np.testing.assert_allclose(g_out.to_numpy(stream=s), 2.0 * a.astype(np.float64) + 1.0, rtol=1e-6)
 
 

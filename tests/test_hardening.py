@@ -15,8 +15,8 @@ from pycudadrv._kernel import KernelBase
 from pycudadrv._signature import Param, ANY, INT, BYTES
 
 # The compiled classes of the launch, memory, module and graph layers, plus their Python helpers.
-COMPILED = ["Buffer", "Capture", "CapturedGraph", "Condition", "DeviceLoop", "Function", "HostBuffer",
-            "LaunchConfig", "Module", "ParamLayout", "PreparedLaunch"]
+COMPILED = ["Buffer", "_stream.Capture", "CapturedGraph", "Condition", "DeviceLoop", "Function", "HostBuffer",
+            "LaunchConfig", "Module", "_marshal.ParamLayout", "PreparedLaunch"]
 
 _WALK = textwrap.dedent(r"""
     import json, re, sys
@@ -27,7 +27,12 @@ _WALK = textwrap.dedent(r"""
                        r"takes no arguments|expected (at most |at least )?\d+ arguments?, got")
     DUNDERS = {"__len__", "__enter__", "__exit__", "__call__", "__iter__", "__bool__", "__hash__", "__dlpack__",
                "__dlpack_device__", "__cuda_array_interface__", "__getitem__", "__repr__", "__str__"}
-    classes = [getattr(cd, n) for n in sys.argv[1].split(",")] + [KernelBase]
+    def resolve(path):      # "Name" (a top-level name) or "_module.Name"
+        obj = cd
+        for part in path.split("."):
+            obj = getattr(obj, part)
+        return obj
+    classes = [resolve(n) for n in sys.argv[1].split(",")] + [KernelBase]
     classes += [type("Sub" + c.__name__, (c,), {}) for c in classes]     # Python subclasses too
     report = {"refused": {}, "leaks": []}
     for C in classes:
@@ -112,7 +117,7 @@ def test_constructors_called_wrongly_say_where_the_objects_come_from(make, says)
 
 def test_repr_of_objects_made_without_their_factory():
     from pycudadrv.nvrtc import ObjectCode
-    assert repr(cd.Capture.__new__(cd.Capture)) == "<Capture mode=None on stream (none), ended, 0 kernel launches>"
+    assert repr(cd._stream.Capture.__new__(cd._stream.Capture)) == "<Capture mode=None on stream (none), ended, 0 kernel launches>"
     assert repr(cd.PreparedLaunch.__new__(cd.PreparedLaunch)) == "<PreparedLaunch (not initialised)>"
     assert repr(cd.LaunchConfig.__new__(cd.LaunchConfig)) == "<LaunchConfig grid=(0, 0, 0) block=(0, 0, 0) " \
                                                              "shared_mem_bytes=0>"
@@ -171,13 +176,13 @@ def test_set_launch_hook_takes_none_or_an_object_with_before_and_after(hook):
     (lambda: cd.load_module(None), cd.ArgumentTypeError, "load_module: a module image is bytes-like"),
     (lambda: cd.load_module("\ud800"), cd.ArgumentValueError, "cannot be encoded as UTF-8"),
     (lambda: cd.load_module(b"//ptx", ptx=5), cd.ArgumentTypeError, "ptx must be the PTX text"),
-    (lambda: cd.fatbin_entries(None), cd.ArgumentTypeError, "a fatbin is bytes-like, got NoneType"),
-    (lambda: cd.fatbin_entries("x"), cd.ArgumentTypeError, "a fatbin is bytes-like, got str"),
+    (lambda: cd.link.fatbin_entries(None), cd.ArgumentTypeError, "a fatbin is bytes-like, got NoneType"),
+    (lambda: cd.link.fatbin_entries("x"), cd.ArgumentTypeError, "a fatbin is bytes-like, got str"),
     (lambda: cd.Buffer.empty(10, "bogus"), cd.ArgumentTypeError, "dtype 'bogus' is not a numpy dtype"),
     (lambda: cd.HostBuffer.empty(10, "O"), cd.ArgumentTypeError, "holds Python objects"),
-    (lambda: cd.shape_and_nbytes((3,), "bogus"), cd.ArgumentTypeError, "is not a numpy dtype"),
-    (lambda: cd.shape_and_nbytes((3,), "V0"), cd.ArgumentTypeError, "zero-size elements"),
-    (lambda: cd.shape_and_nbytes((True,), "f4"), cd.ArgumentTypeError, "shape must be an int or a tuple"),
+    (lambda: cd._host.shape_and_nbytes((3,), "bogus"), cd.ArgumentTypeError, "is not a numpy dtype"),
+    (lambda: cd._host.shape_and_nbytes((3,), "V0"), cd.ArgumentTypeError, "zero-size elements"),
+    (lambda: cd._host.shape_and_nbytes((True,), "f4"), cd.ArgumentTypeError, "shape must be an int or a tuple"),
     (lambda: cd.Buffer.zeros(2**70), cd.ArgumentValueError, "more than any memory holds"),
     (lambda: sig.parse_signature(None), cd.ArgumentTypeError, "got NoneType None"),
     (lambda: sig.parse_signature(5), cd.ArgumentTypeError, "got int 5"),

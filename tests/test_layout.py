@@ -268,12 +268,18 @@ def test_error_classes_keep_the_driver_code():
     assert pickle.loads(pickle.dumps(u)).code == 100
 
 
-def test_package_all_is_built_from_the_submodules():
+def test_package_all_names_what_a_user_calls_and_each_is_its_modules_object():
     from pycudadrv import _launch, _memory, _stream
 
+    assert len(pycudadrv.__all__) <= 80 and len(set(pycudadrv.__all__)) == len(pycudadrv.__all__)
+    assert all(hasattr(pycudadrv, name) for name in pycudadrv.__all__)
     for mod in (_launch, _memory, _stream):
         for name in mod.__all__:
-            assert name in pycudadrv.__all__ and getattr(pycudadrv, name) is getattr(mod, name)
+            if name in pycudadrv.__all__:
+                assert getattr(pycudadrv, name) is getattr(mod, name)
+    for internal in ("ParamLayout", "dims3", "shape_and_nbytes", "FLOAT32_MAX", "synchronize_context",
+                     "clear_cache", "FAST_MATH_OPTIONS", "Capture"):
+        assert internal not in pycudadrv.__all__ and not hasattr(pycudadrv, internal), internal
 
 
 CDEF_FIELD_RE = re.compile(r"^\s+cdef\s+(?:readonly\s+|public\s+)?(?:\w+\s*\**\s+)+?(\**\w+(?:\s*,\s*\**\w+)*)\s*(?:#.*)?$",

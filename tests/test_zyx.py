@@ -1,5 +1,5 @@
 """The zyx backend's remaining behaviours: the startup debug log (driver load, cuInit, cuDNN), cuDNN's
-search (PYCUDADRV_CUDNN_PATH, system paths), NVRTC's missing-header error and the ZYX_OPTIONS preset,
+search (PYCUDADRV_CUDNN_PATH, system paths), NVRTC's missing-header error and the FAST_MATH_OPTIONS preset,
 and Device.info. CPU tests use small C stand-ins for libcuda/libcudnn built here (skipped without a C
 compiler); the GPU tests check Device.info against the attributes."""
 import dataclasses
@@ -304,9 +304,9 @@ DIVIDE = 'extern "C" __global__ void k(float* x, const float* y) { x[threadIdx.x
 
 
 def test_the_zyx_preset_is_fast_math_and_the_default_is_not(need_nvrtc):
-    assert nvrtc.ZYX_OPTIONS == ("--use_fast_math",)
+    assert nvrtc.FAST_MATH_OPTIONS == ("--use_fast_math",)
     plain = nvrtc.compile(DIVIDE, arch="compute_90", use_cache=False)
-    fast = nvrtc.compile(DIVIDE, arch="compute_90", options=nvrtc.ZYX_OPTIONS, use_cache=False)
+    fast = nvrtc.compile(DIVIDE, arch="compute_90", options=nvrtc.FAST_MATH_OPTIONS, use_cache=False)
     assert "--use_fast_math" not in plain.options and "--use_fast_math" in fast.options
     assert "div.rn.f32" in plain.ptx                               # IEEE division by default
     assert "div.rn.f32" not in fast.ptx and "div.approx" in fast.ptx   # approximate under the preset

@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 
 import pycudadrv as cd
 from pycudadrv import nvtx, profile
+from pycudadrv._attributes import DEVICE_ATTRIBUTES
 from pycudadrv.bench import BenchResult, do_bench
 
 SRC = r"""
@@ -96,7 +97,7 @@ def run(n: int = 1 << 20) -> NDArray[np.float32]:
         nvtx.pop()
 
     version: str = cd.__version__
-    attrs: dict[str, int] = cd.DEVICE_ATTRIBUTES
+    attrs: dict[str, int] = DEVICE_ATTRIBUTES
     print(version, len(attrs), cd.nvtx.is_enabled(), cd.profile.report())
     print(gpu_ns, elapsed, maybe, passes, kernels, median_ms, stats, len(text))
     out: NDArray[np.float32] = y.to_numpy(out=np.empty(n, np.float32))
