@@ -13,7 +13,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._stream cimport Stream, resolve_stream
 from pycudadrv._memory cimport Buffer
 from pycudadrv._host cimport keep_until_done
-from pycudadrv._interop cimport read_cai, cai_geometry, cai_is_contiguous, cai_buffer
+from pycudadrv._interop cimport read_cai, cai_extent, cai_buffer
 from pycudadrv._marshal cimport (ParamLayout, ParamSpec, pack_arg, infer_layout, describe_value, pycudadrv_arena,
                                  pycudadrv_arena_init, pycudadrv_arena_release, pycudadrv_arena_layout,
                                  pycudadrv_arena_push, pycudadrv_arena_at, pycudadrv_arena_finish,
@@ -256,8 +256,7 @@ cdef class LaunchBuilder:
             raise ArgumentTypeError(f"kernel '{name}', parameter #{i}: push_tensor: its __cuda_array_interface__ "
                                     f"must be a dict, got {type(cai).__name__}")
         try:
-            shape, strides, dt = cai_geometry(cai)
-            contiguous = cai_is_contiguous(cai)
+            contiguous, shape, strides, dt = cai_extent(cai)[3:]
         except ArgumentValueError as e:
             raise ArgumentValueError(f"kernel '{name}', parameter #{i}: {e}") from None
         if contiguous:
@@ -269,8 +268,8 @@ cdef class LaunchBuilder:
                                      f"elements of {itemsize} bytes ({dt})")
         try:
             b = cai_buffer(a, cai, self.fn.device, True, "push_tensor")
-        except ArgumentTypeError as e:
-            raise ArgumentTypeError(f"kernel '{name}', parameter #{i}: {e}") from e.__cause__
+        except (ArgumentTypeError, ArgumentValueError) as e:
+            raise type(e)(f"kernel '{name}', parameter #{i}: {e}") from e.__cause__
         return b, shape, tuple(st // itemsize for st in strides)
 
     cdef int _launch_checks(self, Stream s) except -1:

@@ -10,9 +10,9 @@ cdef object read_cai(object obj)
 cdef object cai_data_pointer(object cai)
 # (shape, strides or None, numpy dtype) of a CAI dict, each checked (ArgumentValueError).
 cdef tuple cai_geometry(object cai)
-# Whether a CAI dict describes C-contiguous memory (strides None or row-major); with
-# strides, its shape, typestr and strides are checked first (ArgumentValueError).
-cdef bint cai_is_contiguous(object cai) except -1
+# (ptr, lo, hi, contiguous, shape, strides, dtype) of a CAI dict, every entry checked (ArgumentValueError):
+# the one reader of its geometry, for launches, the builder, asbuffer, the Queue and MPI.
+cdef tuple cai_extent(object cai)
 
 # Order the work that produced foreign memory `obj` (its __cuda_array_interface__ `cai`,
 # or None when it has none) before `s`: CAI v3's `stream`, or for an object whose CAI names

@@ -18,7 +18,7 @@ from pycudadrv._dlpack import KDL_CUDA, KDL_CUDA_MANAGED
 from pycudadrv._env import foreign_sync_enabled
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, short_repr
 
-__all__ = ["asbuffer", "data_pointer"]
+__all__ = ["asbuffer", "data_pointer", "array_interface", "span"]
 
 
 cdef object read_cai(object obj):
@@ -46,41 +46,46 @@ cdef tuple cai_geometry(object cai):
     """``(shape, strides or None, dtype)`` of a ``__cuda_array_interface__`` dict
     (``cai_data_pointer`` checked it is one), each checked: ``shape`` a tuple of
     non-negative ints (numpy ints too; returned as ints), ``typestr`` a numpy type string of at least one byte,
-    ``strides`` None or one int per dimension. Raises ArgumentValueError."""
+    ``strides`` None or one int per dimension (returned as ints). Raises ArgumentValueError."""
+    if "shape" not in cai:
+        raise ArgumentValueError("its __cuda_array_interface__ has no 'shape' (a tuple of ints)")
     shape = cai.get("shape")
-    if not isinstance(shape, (tuple, list)) or any(not _is_int(s) or s < 0 for s in shape):
-        raise ArgumentValueError(f"its __cuda_array_interface__ 'shape' must be a tuple of non-negative ints, got "
+    if not isinstance(shape, (tuple, list)) or any(not _is_int(s) for s in shape):
+        raise ArgumentValueError(f"its __cuda_array_interface__ 'shape' must be a tuple of ints, got "
                                  f"{short_repr(shape)}")
+    shape = tuple(int(n) for n in shape)
+    for k, n in enumerate(shape):
+        if n < 0:
+            raise ArgumentValueError(f"its __cuda_array_interface__ shape {shape} has a negative extent at "
+                                     f"dimension {k}")
     typestr = cai.get("typestr")
     if not isinstance(typestr, str):
-        raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' must be a numpy type string such as "
-                                 f"'<f4', got {short_repr(typestr)}")
+        raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' must be a str such as '<f4', got "
+                                 f"{short_repr(typestr)}")
     try:
         dt = np.dtype(typestr)
     except (TypeError, ValueError):
-        raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' {short_repr(typestr)} is not a numpy type "
+        raise ArgumentValueError(f"its __cuda_array_interface__ typestr {short_repr(typestr)} is not a numpy type "
                                  "string") from None
     if dt.itemsize == 0 or dt.hasobject:
-        raise ArgumentValueError(f"its __cuda_array_interface__ 'typestr' {short_repr(typestr)} is not a type of "
-                                 "device data")
+        raise ArgumentValueError(f"its __cuda_array_interface__ typestr {short_repr(typestr)} is not a type of "
+                                 "device data (zero-size elements or Python objects)")
     strides = cai.get("strides")
     if strides is not None:
         if not isinstance(strides, (tuple, list)) or any(not _is_int(s) for s in strides):
             raise ArgumentValueError(f"its __cuda_array_interface__ 'strides' must be None or a tuple of ints "
                                      f"(bytes), got {short_repr(strides)}")
-        if len(strides) != len(shape):
-            raise ArgumentValueError(f"its __cuda_array_interface__ 'strides' {short_repr(tuple(strides))} has "
-                                     f"{len(strides)} entries for the {len(shape)}-dimensional shape "
-                                     f"{short_repr(tuple(shape))}")
         strides = tuple(int(s) for s in strides)
-    return tuple(int(s) for s in shape), strides, dt
+        if len(strides) != len(shape):
+            raise ArgumentValueError(f"its __cuda_array_interface__ strides {strides} gives {len(strides)} "
+                                     f"stride(s) for the {len(shape)}-dimensional shape {shape}")
+    return shape, strides, dt
 
 
-cdef bint cai_is_contiguous(object cai) except -1:
-    if cai.get("strides") is None:
+cdef bint _c_contiguous(tuple shape, object strides, Py_ssize_t itemsize):
+    if strides is None:
         return True
-    shape, strides, dt = cai_geometry(cai)
-    expect = dt.itemsize
+    expect = itemsize
     count = 1
     for s in shape:
         count *= s
@@ -91,6 +96,65 @@ cdef bint cai_is_contiguous(object cai) except -1:
             return False
         expect *= shape[k]
     return True
+
+
+cdef tuple cai_extent(object cai):
+    """``(ptr, lo, hi, contiguous, shape, strides, dtype)`` of a ``__cuda_array_interface__`` dict, every
+    entry checked (cai_data_pointer, cai_geometry): the data pointer, the byte range ``[lo, hi)`` every
+    element reaches (``lo == hi`` for no elements) in the 64-bit address space, whether it is
+    C-contiguous, and the geometry. Raises ArgumentTypeError when it is not a dict, ArgumentValueError for
+    a wrong entry."""
+    if not isinstance(cai, dict):
+        raise ArgumentTypeError(f"its __cuda_array_interface__ must be a dict, got {short_repr(cai)}")
+    ptr = cai_data_pointer(cai)
+    shape, strides, dt = cai_geometry(cai)
+    count = 1
+    for n in shape:
+        count *= n
+    if count == 0:
+        return ptr, ptr, ptr, True, shape, strides, dt
+    lo = hi = 0
+    if strides is None:
+        hi = count * dt.itemsize
+    else:   # the extent the strides reach, either way
+        for n, st in zip(shape, strides):
+            if st < 0:
+                lo += (n - 1) * st
+            else:
+                hi += (n - 1) * st
+        hi += dt.itemsize
+    if ptr + lo < 0 or ptr + hi > 1 << 64:
+        raise ArgumentValueError(f"its __cuda_array_interface__ elements reach bytes [{ptr + lo:#x}, "
+                                 f"{ptr + hi:#x}), outside the 64-bit address space (data pointer, shape and "
+                                 "strides do not fit together)")
+    return ptr, ptr + lo, ptr + hi, _c_contiguous(shape, strides, dt.itemsize), shape, strides, dt
+
+
+def array_interface(obj, str what):
+    """``(ptr, lo, hi, contiguous, shape, strides, dtype)`` of an object's ``__cuda_array_interface__``
+    (see cai_extent), for Python callers (the MPI helpers, span). ``what`` names the caller in messages.
+    Raises ArgumentTypeError for an object without the interface (or whose interface is not a dict),
+    ArgumentValueError for a wrong entry: the same checks and errors as a launch's."""
+    cai = read_cai(obj)
+    if not isinstance(cai, dict):
+        raise ArgumentTypeError(f"{what}: expected a pycudadrv Buffer (or a view, or an object with "
+                                f"__cuda_array_interface__), got {type(obj).__name__}")
+    try:
+        return cai_extent(cai)
+    except ArgumentValueError as e:
+        raise ArgumentValueError(f"{what}: {type(obj).__name__}: {e}") from None
+
+
+def span(obj, str what):
+    """``(lo, hi)`` device addresses (bytes, ``hi`` exclusive) of a Buffer, a view, or an object with
+    ``__cuda_array_interface__`` (every byte any element reaches, strides either way); None for an empty
+    one: what the Queue and the MPI helpers track. ``what`` names the caller in messages; raises as
+    :func:`array_interface`."""
+    if isinstance(obj, Buffer):
+        n = (<Buffer>obj)._nbytes
+        return None if n == 0 else ((<Buffer>obj)._ptr, (<Buffer>obj)._ptr + n)
+    ptr, lo, hi = array_interface(obj, what)[:3]
+    return None if lo == hi else (lo, hi)
 
 
 # Per device, a private stream a DLPack producer orders its work onto when the consumer's own
@@ -350,9 +414,13 @@ def asbuffer(obj, *, device=None):
     ------
     ArgumentTypeError
         ``obj`` exports neither protocol, lives on the host, or is not
-        C-contiguous (strided memory is never treated as contiguous); a CAI
-        ``stream`` that is not None or a stream handle; a CAI ``descr`` whose
-        element size differs from its ``typestr``'s.
+        C-contiguous (strided memory is never treated as contiguous); its
+        CAI is not a dict; a CAI ``stream`` that is not None or a stream
+        handle.
+    ArgumentValueError
+        A CAI entry that is wrong (data pointer, shape, typestr, strides, the
+        bytes they reach; a ``descr`` whose element size differs from its
+        ``typestr``'s): the same check and error as a launch's.
     CaptureError
         The CAI ``stream`` is being captured into a graph (a wait for it from
         another stream would join that stream to the capture).
@@ -373,8 +441,10 @@ def asbuffer(obj, *, device=None):
 
 cdef Buffer cai_buffer(object obj, object cai, object device, bint strided, str who):
     try:
-        ptr = cai_data_pointer(cai)
-        shape, strides, dt = cai_geometry(cai)
+        ptr, lo, hi, contiguous, shape, strides, dt = cai_extent(cai)
+    except (ArgumentTypeError, ArgumentValueError) as e:
+        raise type(e)(f"{who}: {type(obj).__name__}: {e}") from None
+    try:
         descr = cai.get("descr")
         if descr is not None and isinstance(descr, list) and len(descr) > 1:
             rec = np.dtype(descr)
@@ -382,10 +452,9 @@ cdef Buffer cai_buffer(object obj, object cai, object device, bint strided, str 
                 raise ArgumentValueError(f"its __cuda_array_interface__ 'descr' {rec} is {rec.itemsize} bytes an "
                                          f"element, its 'typestr' {cai.get('typestr')!r} {dt.itemsize}")
             dt = rec
-        contiguous = cai_is_contiguous(cai)
         read_only = bool(cai["data"][1])
     except (ArgumentValueError, TypeError, ValueError) as e:
-        raise ArgumentTypeError(f"{who}: {type(obj).__name__}: {e}") from e
+        raise ArgumentValueError(f"{who}: {type(obj).__name__}: {e}") from e
     if dt.itemsize == 0 or dt.hasobject:
         raise ArgumentTypeError(f"{who}: {type(obj).__name__}: its __cuda_array_interface__ 'descr' {dt} is not "
                                 "a type of device data")
@@ -436,7 +505,8 @@ def data_pointer(obj, *, bint strided=False):
     opt-in for kernels that index with the strides themselves.
 
     Raises ArgumentTypeError for other objects or (without ``strided``)
-    non-contiguous ones, ClosedError for a closed Buffer."""
+    non-contiguous ones, ArgumentValueError for a wrong __cuda_array_interface__ entry, ClosedError
+    for a closed Buffer."""
     if isinstance(obj, Buffer):
         (<Buffer>obj).ensure_open()
         return (<Buffer>obj)._ptr
@@ -447,15 +517,10 @@ def data_pointer(obj, *, bint strided=False):
     if cai is None:
         raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} has no __cuda_array_interface__")
     try:
-        ptr = cai_data_pointer(cai)
-        if strided:
-            cai_geometry(cai)
-            contiguous = True
-        else:
-            contiguous = cai_is_contiguous(cai)
-    except ArgumentValueError as e:
-        raise ArgumentTypeError(f"data_pointer: {type(obj).__name__}: {e}") from e
-    if not contiguous:
+        ptr, lo, hi, contiguous = cai_extent(cai)[:4]
+    except (ArgumentTypeError, ArgumentValueError) as e:
+        raise type(e)(f"data_pointer: {type(obj).__name__}: {e}") from None
+    if not contiguous and not strided:
         raise ArgumentTypeError(f"data_pointer: {type(obj).__name__} is strided (strides {tuple(cai['strides'])}); "
                                 "pass strided=True if the kernel handles the strides")
     return ptr

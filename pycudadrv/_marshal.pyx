@@ -16,7 +16,7 @@ from pycudadrv._device cimport Device, peer_enabled
 from pycudadrv._stream cimport Stream
 from pycudadrv._alloc cimport Allocation
 from pycudadrv._memory cimport Buffer
-from pycudadrv._interop cimport (read_cai, cai_data_pointer, cai_geometry, cai_is_contiguous, order_foreign,
+from pycudadrv._interop cimport (read_cai, cai_extent, order_foreign,
                                  dlpack_pointer, take_dlpack_owners)
 
 import numpy as np
@@ -352,16 +352,15 @@ cdef int _buffer_attention(Buffer b, ParamLayout lay, Py_ssize_t i, Stream s) ex
 
 cdef uint64_t _cai_pointer(object a, object cai, ParamLayout lay, Py_ssize_t i, ParamSpec* p) except? 0:
     try:
-        ptr = <uint64_t>cai_data_pointer(cai)
-        contiguous = cai_is_contiguous(cai)
-    except ArgumentValueError as e:
-        raise _arg_error(lay, i, p, a, str(e)) from None
+        ptr, lo, hi, contiguous = cai_extent(cai)[:4]
+    except (ArgumentTypeError, ArgumentValueError) as e:
+        raise _arg_error(lay, i, p, a, str(e), type(e)) from None
     if not contiguous:
         raise _arg_error(lay, i, p, a, f"strided memory (shape {tuple(cai['shape'])}, strides "
                          f"{tuple(cai['strides'])} bytes) would be read as contiguous; pass a contiguous copy "
                          "(x.contiguous() in PyTorch, cupy.ascontiguousarray(x)), or, if the kernel handles the "
                          "strides itself, pycudadrv.data_pointer(x, strided=True)")
-    return ptr
+    return <uint64_t>ptr
 
 
 cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst, Stream s) except -1:

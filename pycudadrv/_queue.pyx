@@ -35,7 +35,7 @@ cdef extern from *:
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, CaptureError, ClosedError, CudaError, StateError
 from pycudadrv._hazards import fault_error, not_made
-from pycudadrv._ranges import span as _span
+from pycudadrv._interop import span as _span
 
 __all__ = ["QueueCore", "ASYNC_ERROR_CODES"]
 

@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The range tracker of :class:`pycudadrv.Queue`: per byte range of device
 memory, the last writer and, per lane, the latest reader since (a sorted list
-of disjoint segments, the C twin of pycudadrv._ranges.RangeTracker, its
+of disjoint segments, the C twin of tests/queue_model.py's RangeTracker, its
 reference model). What an access must wait for goes to
 pycudadrv._hazards.add_dep."""
 cimport cython
@@ -167,7 +167,7 @@ cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long lo
 @cython.auto_pickle(False)
 cdef class _Tracker:
     """Disjoint byte ranges ``[lo, hi)`` with the last writer and, per lane, the latest reader since
-    (the C twin of pycudadrv._ranges.RangeTracker, its reference model)."""
+    (the C twin of tests/queue_model.py's RangeTracker, its reference model)."""
 
     def __cinit__(self):
         self.segs = []

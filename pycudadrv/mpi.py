@@ -291,23 +291,14 @@ class _CudaRows:
 
 def _cai_field(field: Any) -> tuple[int, np.dtype, int]:
     """``(pointer, dtype, element count)`` of a C-contiguous CAI object; a malformed interface is
-    refused as the Queue refuses it (:func:`pycudadrv._ranges.span`)."""
-    from pycudadrv._ranges import span
+    refused as a launch and the Queue refuse it (:func:`pycudadrv._interop.array_interface`)."""
+    from pycudadrv._interop import array_interface
 
-    span(field, "HaloExchange.exchange: field")
-    cai = field.__cuda_array_interface__
-    shape = tuple(cai.get("shape", ()))
-    dt = np.dtype(cai["typestr"])
-    count = int(np.prod(shape)) if shape else 1
-    strides = cai.get("strides")
-    if strides is not None and count > 1:
-        expect = dt.itemsize
-        for k in reversed(range(len(shape))):
-            if shape[k] != 1 and strides[k] != expect:
-                raise ArgumentValueError(f"HaloExchange.exchange: field is not C-contiguous (shape {shape}, strides "
-                                         f"{tuple(strides)} in bytes)")
-            expect *= shape[k]
-    return int(cai["data"][0]), dt, count
+    ptr, lo, hi, contiguous, shape, strides, dt = array_interface(field, "HaloExchange.exchange: field")
+    if not contiguous:
+        raise ArgumentValueError(f"HaloExchange.exchange: field is not C-contiguous (shape {shape}, strides "
+                                 f"{strides} in bytes)")
+    return int(ptr), dt, int(np.prod(shape)) if shape else 1
 
 
 class HaloExchange:

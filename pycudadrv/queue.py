@@ -24,7 +24,7 @@ from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureErro
 from pycudadrv._memory import Buffer, _byte_arg, _host_array
 from pycudadrv._hazards import Submission
 from pycudadrv._queue import ASYNC_ERROR_CODES, QueueCore
-from pycudadrv._ranges import span as _span
+from pycudadrv._interop import span as _span
 from pycudadrv.dispatch import Dispatch
 from pycudadrv._event import Event
 from pycudadrv._stream import Stream

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import pycudadrv as cd
+import pycudadrv._interop as _interop
 from pycudadrv import _signature as sig
 from pycudadrv._kernel import KernelBase
 from pycudadrv._signature import Param, ANY, INT, BYTES
@@ -296,25 +297,32 @@ _BASE = {"data": (4096, False)}
 
 
 @pytest.mark.parametrize("cai, says", [
-    ({**_BASE, "strides": (4,)}, "'shape' must be a tuple of non-negative ints, got None"),
-    ({**_BASE, "strides": (4,), "shape": (3,)}, "'typestr' must be a numpy type string such as '<f4', got None"),
-    ({**_BASE, "strides": (4,), "shape": (3, 4), "typestr": "<f4"}, "has 1 entries for the 2-dimensional shape"),
-    ({**_BASE, "strides": (), "shape": (3,), "typestr": "<f4"}, "has 0 entries for the 1-dimensional shape"),
+    ({**_BASE, "strides": (4,)}, "has no 'shape' (a tuple of ints)"),
+    ({**_BASE, "strides": (4,), "shape": (3,)}, "'typestr' must be a str such as '<f4', got None"),
+    ({**_BASE, "strides": (4,), "shape": (3, 4), "typestr": "<f4"},
+     "strides (4,) gives 1 stride(s) for the 2-dimensional shape (3, 4)"),
+    ({**_BASE, "strides": (), "shape": (3,), "typestr": "<f4"},
+     "strides () gives 0 stride(s) for the 1-dimensional shape (3,)"),
     ({**_BASE, "strides": 5, "shape": (3,), "typestr": "<f4"}, "'strides' must be None or a tuple of ints"),
     ({**_BASE, "strides": (None,), "shape": (3,), "typestr": "<f4"}, "'strides' must be None or a tuple of ints"),
-    ({**_BASE, "strides": (4,), "shape": 3, "typestr": "<f4"}, "'shape' must be a tuple of non-negative ints, got 3"),
-    ({**_BASE, "strides": (4,), "shape": (-3,), "typestr": "<f4"}, "non-negative ints, got (-3,)"),
-    ({**_BASE, "strides": (4,), "shape": ("a",), "typestr": "<f4"}, "non-negative ints, got ('a',)"),
-    ({**_BASE, "strides": (4,), "shape": (3,), "typestr": "garbage"}, "'typestr' 'garbage' is not a numpy type"),
-    ({**_BASE, "strides": (4,), "shape": (3,), "typestr": 5}, "'typestr' must be a numpy type string"),
+    ({**_BASE, "strides": (4,), "shape": 3, "typestr": "<f4"}, "'shape' must be a tuple of ints, got 3"),
+    ({**_BASE, "strides": (4,), "shape": (-3,), "typestr": "<f4"}, "shape (-3,) has a negative extent at dimension 0"),
+    ({**_BASE, "shape": (-3,), "typestr": "<f4"}, "shape (-3,) has a negative extent at dimension 0"),
+    ({**_BASE, "strides": (4,), "shape": ("a",), "typestr": "<f4"}, "'shape' must be a tuple of ints, got ('a',)"),
+    ({**_BASE, "strides": (4,), "shape": (3,), "typestr": "garbage"}, "typestr 'garbage' is not a numpy type"),
+    ({**_BASE, "strides": (4,), "shape": (3,), "typestr": 5}, "'typestr' must be a str such as '<f4', got 5"),
 ])
-def test_a_malformed_cuda_array_interface_is_refused_by_pack_and_data_pointer(cai, says):
-    with pytest.raises(cd.ArgumentTypeError) as ei:
+def test_a_malformed_cuda_array_interface_is_refused_by_pack_data_pointer_and_span_alike(cai, says):
+    """One reader of the interface (pycudadrv._interop.cai_extent): the same fault is the same
+    ArgumentValueError through a launch's packing, data_pointer, asbuffer and the Queue's span
+    (a negative extent with no strides used to pass a launch unchecked)."""
+    with pytest.raises(cd.ArgumentValueError) as ei:
         cd.pack_arguments("float*", [_Dev(cai)])
     assert "parameter #0 (8-byte pointer parameter): its __cuda_array_interface__ " in str(ei.value)
     assert says in str(ei.value)
-    with pytest.raises(cd.ArgumentTypeError, match=re.escape(says)):
-        cd.data_pointer(_Dev(cai))
+    for read in (cd.data_pointer, cd.asbuffer, lambda x: _interop.span(x, "Queue.launch")):
+        with pytest.raises(cd.ArgumentValueError, match=re.escape(says)):
+            read(_Dev(cai))
 
 
 def test_a_cuda_array_interface_that_raises_is_named():
@@ -334,7 +342,7 @@ def test_a_shape_and_strides_of_numpy_ints_are_read_as_ints():
 
 def test_strided_opt_in_still_checks_the_interface():
     assert cd.data_pointer(_Dev({**_BASE, "strides": (8,), "shape": (3,), "typestr": "<f4"}), strided=True) == 4096
-    with pytest.raises(cd.ArgumentTypeError, match="'typestr' 'bad' is not a numpy type string"):
+    with pytest.raises(cd.ArgumentValueError, match="typestr 'bad' is not a numpy type string"):
         cd.data_pointer(_Dev({**_BASE, "strides": (8,), "shape": (3,), "typestr": "bad"}), strided=True)
 
 

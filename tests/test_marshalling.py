@@ -172,22 +172,31 @@ class _FakeCAI:
         self.__cuda_array_interface__ = cai
 
 
-@pytest.mark.parametrize("cai", [{"data": ()}, {"data": []}, {}, "abc", {"data": "123"}, {"data": ("1", False)},
-                                 {"data": (1.9, False)}, {"data": (True, False)}, {"data": (-1, False)},
-                                 {"data": (2**64, False)}, {"data": (None, False)}])
-def test_a_bogus_cuda_array_interface_is_a_type_error_not_a_crash(cai):
-    with pytest.raises(TypeError, match="parameter #0"):
+_SHAPED = {"shape": (4,), "typestr": "<f4", "version": 3}
+BOGUS_CAI = [({"data": (), **_SHAPED}, cd.ArgumentValueError), ({"data": [], **_SHAPED}, cd.ArgumentValueError),
+             ({}, cd.ArgumentValueError), ("abc", cd.ArgumentTypeError), ({"data": "123"}, cd.ArgumentValueError),
+             ({"data": ("1", False)}, cd.ArgumentValueError), ({"data": (1.9, False)}, cd.ArgumentValueError),
+             ({"data": (True, False)}, cd.ArgumentValueError), ({"data": (-1, False)}, cd.ArgumentValueError),
+             ({"data": (2**64, False)}, cd.ArgumentValueError), ({"data": (None, False)}, cd.ArgumentValueError),
+             ({"data": (0x1000, False)}, cd.ArgumentValueError)]       # no shape: not an array interface
+
+
+@pytest.mark.parametrize("cai, error", BOGUS_CAI)
+def test_a_bogus_cuda_array_interface_is_refused_naming_the_parameter_not_a_crash(cai, error):
+    """A dict with a wrong entry is an ArgumentValueError, an interface that is no dict an
+    ArgumentTypeError, the same through every reader."""
+    with pytest.raises(error, match="parameter #0"):
         cd.pack_arguments("float*", [_FakeCAI(cai)])
 
 
-@pytest.mark.parametrize("cai", [{"data": ()}, {"data": ("1", False)}, {"data": (-1, False)}, {}])
-def test_asbuffer_refuses_a_bogus_cuda_array_interface_before_any_driver_call(cai):
-    with pytest.raises(TypeError, match="asbuffer: _FakeCAI"):
+@pytest.mark.parametrize("cai, error", BOGUS_CAI)
+def test_asbuffer_refuses_a_bogus_cuda_array_interface_before_any_driver_call(cai, error):
+    with pytest.raises(error, match="asbuffer: _FakeCAI"):
         cd.asbuffer(_FakeCAI(cai))
 
 
 def test_a_valid_cuda_array_interface_gives_its_pointer():
-    assert pack("float*", _FakeCAI({"data": (0x1000, False)})) == [struct.pack("<Q", 0x1000)]
+    assert pack("float*", _FakeCAI({"data": (0x1000, False), **_SHAPED})) == [struct.pack("<Q", 0x1000)]
 
 
 @pytest.mark.parametrize("kind", [7, 50, -1, 100000])
