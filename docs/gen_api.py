@@ -250,8 +250,9 @@ def split_signature(obj, name):
     first, _, rest = doc.partition("\n")
     if re.match(r"^[\w.]*\b" + re.escape(name) + r"\(.*\)(\s*->.*)?\s*$", first):
         return first.strip(), rest.strip()
-    if re.match(r"^\w+\.\w+\((self|cls)\b.*\)(\s*->.*)?\s*$", first):    # an alias's (pass_ = measure)
-        return f"{name}{signature(obj)}", rest.strip()
+    m = re.match(r"^\w+\.\w+\((?:self|cls)\b,?\s*(.*)\)(\s*->.*)?\s*$", first)
+    if m:                                           # an alias's (pass_ = measure): the original's line, renamed
+        return f"{name}({m.group(1)}){m.group(2) or ''}", rest.strip()
     return f"{name}{signature(obj)}", doc
 
 

@@ -398,3 +398,39 @@ def test_int128_and_array_parameters_reach_the_kernel(rng):
     np.testing.assert_allclose(y.to_numpy().astype(np.float64), 2.0 * x.astype(np.float64), rtol=1e-7)
     with pytest.raises(cd.ArgumentTypeError, match=r"parameter #0 .*128-bit unsigned integer"):
         fn.launch(1, 1, -1, s, None, out, y)
+
+
+_WRONG_SELF = textwrap.dedent(r"""
+    import sys
+    import pycudadrv as cd
+    from pycudadrv._kernel import KernelBase
+    def resolve(path):
+        obj = cd
+        for part in path.split("."):
+            obj = getattr(obj, part)
+        return obj
+    called = 0
+    for cls in [resolve(n) for n in sys.argv[1].split(",")] + [KernelBase, cd.Queue, cd.Stream, cd.Event]:
+        for klass in cls.__mro__[:-1]:
+            for name, attr in vars(klass).items():
+                if not callable(attr) or isinstance(attr, (type, staticmethod, classmethod)) or name in (
+                        "__new__", "__init_subclass__", "__subclasshook__", "__class_getitem__"):
+                    continue
+                for args in [(), (0,), (None, None)]:
+                    try:
+                        attr(object(), *args)
+                    except Exception:
+                        pass
+                called += 1
+    print("called", called)
+""")
+
+
+def test_a_method_called_through_its_class_with_another_object_as_self_is_refused_not_a_crash():
+    """``Function.set_signature(object(), "int")``: Cython's cyfunction methods (binding=True) did not
+    check ``self`` and read the object's C fields (a segfault); the methods are method descriptors now,
+    which CPython checks. Every method of every compiled class, in a child process."""
+    p = subprocess.run([sys.executable, "-c", _WRONG_SELF, ",".join(COMPILED)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, f"crashed (return code {p.returncode}):\n{p.stderr[-3000:]}"
+    assert int(p.stdout.split()[-1]) > 100
