@@ -13,7 +13,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-#: The compiled modules, in layering order (tests/test_layout.py checks the imports).
+#: The compiled modules, in layering order (tests/package/test_layout.py checks the imports).
 MODULES = ["_driver", "_device", "_stream", "_event", "_channel", "_waiter", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_kernel", "_launch", "_prepared", "_tritonlaunch", "_module",
            "_graph", "_sequence", "_loops", "_timing", "_builder", "_hazards", "_tracker", "_queue", "_cudnn"]
 

@@ -16,7 +16,7 @@ device arrays ("slots"), run two ways and compared bit for bit.
 Every slot is an allocation with guard words before and after it; a guard
 kernel checks every guard after every step (on the GPU, no host round trip)
 and records the first step that found one changed. Pure test code: imported
-by tests/test_gpu_fuzz.py (in the suite) and tools/fuzz_seams.py (long runs)."""
+by tests/fuzz/test_gpu_fuzz.py (in the suite) and tools/fuzz_seams.py (long runs)."""
 from __future__ import annotations
 
 import asyncio

@@ -1,7 +1,12 @@
 import os
+import sys
 
 import numpy as np
 import pytest
+
+# The tests live in one folder per subsystem (launch/, memory/, queue/, ...); the helpers they share
+# (_children.py: child processes; _fuzz_programs.py: the differential fuzz) are here, one level up.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def _gpu_skip_reason():

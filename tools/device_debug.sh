@@ -6,7 +6,7 @@ export PYTHONUNBUFFERED=1 PYCUDADRV_CACHE_DIR=/tmp/pycudadrv-cache
 python3 setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 export PYTHONPATH="$PWD"
 timeout -s KILL 75 python3 -X faulthandler -m pytest -x -q -p no:cacheprovider -o faulthandler_timeout=30 \
-  tests/test_aio.py -k "queue_submission or waiter_thread_reports" > "$OUT/hang.log" 2>&1; echo "hang test rc=$?" >> "$OUT/hang.log"
+  tests/aio/test_aio.py -k "queue_submission or waiter_thread_reports" > "$OUT/hang.log" 2>&1; echo "hang test rc=$?" >> "$OUT/hang.log"
 tail -5 "$OUT/hang.log"
 run() { local t=$1; shift; timeout -s KILL "$t" python3 "$@" > "$OUT/$(basename "$1" .py).log" 2>&1; echo "$1 rc=$?"; }
 run 60 bench/queue_dag.py --rounds 5

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run the differential fuzz of tests/test_gpu_fuzz.py for longer, or replay one program.
+"""Run the differential fuzz of tests/fuzz/test_gpu_fuzz.py for longer, or replay one program.
 
     python tools/fuzz_seams.py --seed 1234            # one program (the seed a failure printed)
     python tools/fuzz_seams.py --programs 2000        # a long run from a fresh base seed

@@ -9,7 +9,7 @@
 #      single-process run, NumPy float64 within 1e-5);
 #   4. the mistakes that must abort every rank with the message: a device that does not exist,
 #      a rank count that does not divide the grid;
-#   5. python -m pytest tests/test_mpi.py (CPU and GPU tests, mpirun subprocesses);
+#   5. python -m pytest tests/interop/test_mpi.py (CPU and GPU tests, mpirun subprocesses);
 #   6. bench/mpi_scaling.py (strong and weak scaling, 1/2/4 ranks).
 # Logs and bench/results/mpi_scaling.{json,png} go under $OUT (mpi_checks.log is the summary,
 # mpi_logs.tar.gz every log). Exit status 1 when any check fails.
@@ -114,7 +114,7 @@ fi
 must_abort abort-no-such-device 2 "rank 1 (local rank 1) was given device 99, which does not exist" --n 64 --steps 4 --devices 0,99
 must_abort abort-not-divisible 3 "the communicator size 3 does not divide the 1024 grid rows" --n 1024 --steps 4
 
-check pytest-mpi "$py" -m pytest -q -rs -p no:cacheprovider "$repo/tests/test_mpi.py"
+check pytest-mpi "$py" -m pytest -q -rs -p no:cacheprovider "$repo/tests/interop/test_mpi.py"
 tail -25 "$logs/pytest-mpi.log" | grep -E "passed|failed|SKIPPED|FAILED|error" | sed 's/^/    /' | tee -a "$summary"
 
 # shellcheck disable=SC2086

@@ -1,7 +1,7 @@
 """The ```python blocks of README.md and docs/tutorial.md pass ``mypy --strict``, as a reader pasting
 them into a typed project gets them.
 
-Each page's blocks are joined in order into one module (what tests/test_docs.py runs) and checked
+Each page's blocks are joined in order into one module (what tests/package/test_docs.py runs) and checked
 with the package taken as a user gets it (``--follow-imports=silent``). The one place a type error is
 expected is the last statement of a ``# raises:`` block, which demonstrates a mistake
 (``cd.Device(1.5)``); a module a ``# requires:`` marker names (torch) is taken as untyped. Any other
@@ -21,7 +21,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-_spec = importlib.util.spec_from_file_location("_docs_blocks", HERE.parent / "test_docs.py")
+_spec = importlib.util.spec_from_file_location("_docs_blocks", HERE.parent / "package" / "test_docs.py")
 _docs = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_docs)   # the same block parser (fences, markers) that runs the pages
 

@@ -30,7 +30,7 @@ import pytest
 
 import pycudadrv
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = ["README.md", "docs/tutorial.md"]
 FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 RAISES = re.compile(r"^\s*#\s*raises:\s*(\w+)(?::\s*(.+?))?\s*$", re.M)

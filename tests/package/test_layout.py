@@ -91,7 +91,7 @@ def _imports(text):
 def test_every_module_of_the_package_has_a_layer():
     modules = {_module_of(f) for f, _ in _sources()}
     missing = sorted(m for m in modules if m not in LAYERS)
-    assert missing == [], f"add these modules to LAYERS in tests/test_layout.py: {missing}"
+    assert missing == [], f"add these modules to LAYERS in tests/package/test_layout.py: {missing}"
 
 
 @needs_sources

@@ -27,7 +27,7 @@ import pytest
 import pycudadrv as cd
 from pycudadrv import mpi
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "heat_mpi.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "heat_mpi.py"
 
 
 def _mpi_skip_reason():

@@ -307,7 +307,7 @@ def test_the_override_counts_only_if_set_before_cudnn_was_loaded(monkeypatch, at
 
 
 def test_the_benchmark_cudnn_floor_compiles(tmp_path):
-    src = Path(__file__).resolve().parent.parent / "bench" / "c_cudnn_floor.c"
+    src = Path(__file__).resolve().parents[2] / "bench" / "c_cudnn_floor.c"
     cc = shutil.which("cc") or shutil.which("gcc")
     if not src.is_file() or cc is None:
         pytest.skip("needs the source tree's bench/ and a C compiler")

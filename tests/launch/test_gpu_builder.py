@@ -2,7 +2,7 @@
 with push_arg / push_tensor, launch(), bind(), submit() and await. Real kernels compiled by
 pycudadrv.compile, values against a NumPy float64 reference on fresh random input, outputs
 poisoned (NaN) before each run. Foreign arrays through the builder are ordered after their
-producer in test_gpu_seams.py (paths builder*)."""
+producer in fuzz/test_gpu_features_together.py (paths builder*)."""
 import asyncio
 
 import numpy as np

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
 if not os.path.isfile(os.path.join(BENCH, "_harness.py")):
     pytest.skip("needs the source tree's bench/", allow_module_level=True)
 sys.path.insert(0, BENCH)

@@ -22,7 +22,7 @@ import pycudadrv as cd
 
 pytestmark = pytest.mark.gpu
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOL = os.path.join(ROOT, "tools", "fuzz_seams.py")
 PROGRAMS = 45          # per run below, about 25 steps each: over 2,000 steps in the suite
 SEGMENTS = 10

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "differences.md"
 SEEDS = ("khal", "zyx", "cuda-async")
 HEADER = ["seed", "the seed", "pycudadrv", "why"]

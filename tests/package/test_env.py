@@ -61,7 +61,7 @@ def test_every_variable_read_is_documented():
 def _docs(page):
     import os
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return open(os.path.join(root, "docs", page), encoding="utf-8").read()
 
 

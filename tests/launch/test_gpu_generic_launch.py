@@ -309,7 +309,7 @@ def test_set_signature_from_inside_an_arguments_interface_is_refused_not_a_crash
         "print('Y', y.to_numpy()[0])\n")
     import os
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "REFUSED" in r.stdout and "set_signature" in r.stdout, r.stdout + r.stderr
     assert "Y 3.0" in r.stdout, r.stdout
