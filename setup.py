@@ -58,6 +58,6 @@ if __name__ == "__main__":
             exts,
             language_level=3,
             include_path=[HERE],
-            compiler_directives={"embedsignature": True, "binding": False},
+            compiler_directives={"embedsignature": True, "binding": True},
         ),
     )

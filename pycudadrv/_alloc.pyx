@@ -127,6 +127,7 @@ cdef Allocation foreign(CUdeviceptr ptr, size_t nbytes, Device dev, object keepe
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class Allocation(CaptureWork):
     """One device allocation (internal: Buffers are the public views of it)."""

@@ -37,6 +37,7 @@ cdef inline bint _pointer_slot(ParamSpec* p) noexcept:
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class LaunchBuilder:
     """A launch of one kernel whose arguments are pushed one at a time

@@ -146,6 +146,7 @@ cdef size_t channel_swap(channel_t* ch, uint64_t** tokens, int** status) noexcep
     return n
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class Channel:
     """Where the waiter threads hand one event loop its finished waits.
 
@@ -334,6 +335,7 @@ cdef _resume_all(list out, loop):
                 fut.set_result(None)
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 cdef class LoopPoller:
     """The futures of one event loop that pycudadrv.aio asks the driver about (``cuEventQuery``,

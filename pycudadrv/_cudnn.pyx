@@ -6,7 +6,8 @@ the entry points to :func:`bind`; nothing here links against cuDNN or reads a
 cuDNN header. A :class:`MatmulPlan` is built once (tensor descriptors with
 row-major strides, a matmul operation with its compute type, an operation
 graph, the engine heuristics, an execution plan and its workspace) and executed
-with one ``cudnnBackendExecute`` per call. See docs/cudnn.md.
+with one ``cudnnBackendExecute`` per call. The cuDNN calls and their errors (_status_name, _error,
+_ok, _set, _create) are in _cudnn_build.pxi. See docs/cudnn.md.
 """
 cimport cython
 from libc.stdint cimport int64_t, uintptr_t
@@ -80,14 +81,13 @@ def bind(dict addresses):
     _bound = True
 
 
-# cuDNN calls and their errors (_status_name, _error, _ok, _set, _create): _cudnn_build.pxi.
-
 cdef inline bint _overlaps(Buffer x, Buffer y) noexcept:
     return x._ptr < y._ptr + y._nbytes and y._ptr < x._ptr + x._nbytes
 
 
 # --------------------------------------------------------------------------- handles
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class _Handle:
     """The cuDNN handle of one device (``cudnnCreate``), kept for the process."""
 
@@ -110,6 +110,7 @@ cdef _Handle _handle_for(Device dev):
 
 # --------------------------------------------------------------------------- lifetime in graphs
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class _PlanUse:
     """Held by a captured graph that executes a plan: the plan's execution
@@ -131,6 +132,7 @@ cdef class _PlanUse:
 # --------------------------------------------------------------------------- the plan
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class MatmulPlan:
     """A cuDNN matmul ``out = a @ b``, planned once for fixed shapes, dtype,

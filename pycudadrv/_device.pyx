@@ -1,5 +1,6 @@
 # cython: language_level=3
 """Devices and their primary contexts; which devices pycudadrv may use."""
+cimport cython
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, make_error
 from pycudadrv._driver_api cimport pycudadrv_driver_api
@@ -176,6 +177,7 @@ def context(device=None):
     return as_device(device).context
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class Device:
     """A CUDA device and its primary context.
 

@@ -1,6 +1,7 @@
 # cython: language_level=3
 """DLPack capsules: export device memory, take over imported tensors (the
 unversioned "dltensor" ABI, written from the public specification)."""
+cimport cython
 from libc.stdint cimport uintptr_t, uint64_t, uint8_t, uint16_t, int32_t, int64_t
 from libc.stdlib cimport malloc, free
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer, PyCapsule_SetName
@@ -130,6 +131,7 @@ cdef object export_capsule(Allocation owner, uint64_t ptr, int device_id, object
     return cap
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class _DLPackOwner:
     """Keeps an imported DLPack tensor alive; calls its deleter when dropped."""
     cdef pycudadrv_DLManagedTensor* m

@@ -7,6 +7,7 @@ The library is opened through ``ctypes`` (``dlopen`` underneath), so the
 extension itself references no ``dl*`` symbol: since glibc 2.34 those live in
 libc under a newer symbol version, which would raise the wheel's glibc floor.
 """
+cimport cython
 from libc.stdint cimport uint64_t, uintptr_t
 from libc.string cimport memset
 
@@ -206,6 +207,7 @@ cdef void warn_dealloc_failure(str what, object err) noexcept:
         pass  # at interpreter shutdown even warnings may be gone
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class Lifetime:
     """Internal: whether the handle an owner holds is still valid."""
 

@@ -16,6 +16,7 @@ __all__ = ["Event"]
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class Event(EventBase):
     """A CUDA event (``cuEventCreate``), for timing (the default) or, with

@@ -92,6 +92,7 @@ cdef object _index_arg(object v, str what, str who):
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class CapturedGraph:
     """A CUDA graph captured from a stream, instantiated for replay.

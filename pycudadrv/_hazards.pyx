@@ -34,6 +34,7 @@ def not_made(what, name, how):
 
 # Not tracked by the garbage collector (one object less to link per submission): the queue's lanes hold
 # Submissions and Submissions the lanes, a cycle QueueCore breaks when it goes (its __dealloc__ and close).
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.no_gc
 @cython.freelist(64)        # one made per submission: reused memory instead of an allocation each
@@ -160,6 +161,7 @@ cdef class Submission:
 
 # -- lanes ----------------------------------------------------------------------------------------
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.auto_pickle(False)
 cdef class LaneMode:
@@ -177,6 +179,7 @@ cdef class LaneMode:
         return 0
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.auto_pickle(False)
 cdef class _Lane:
@@ -333,6 +336,7 @@ cdef Py_ssize_t retire_fronts(list lanes, _EventPool events, bint tail_first=Tru
     return retired
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.auto_pickle(False)
 cdef class _EventPool:
@@ -362,6 +366,7 @@ cdef object pool_pop(_EventPool p):
 
 # -- allocation streams outside the pool ------------------------------------------------------
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.auto_pickle(False)
 cdef class _AllocStream:

@@ -154,6 +154,7 @@ def shape_and_nbytes(shape, dtype):
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class HostBuffer:
     """Page-locked (pinned) host memory (``cuMemHostAlloc``), exposed as a numpy array.

@@ -152,6 +152,7 @@ def _attribute_key(name):
     return _attributes.FUNCTION_ATTRIBUTES[key]
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class KernelBase:
     """A kernel handle: its launch limits, attributes and occupancy (the base

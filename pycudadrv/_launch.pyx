@@ -289,6 +289,7 @@ cdef unsigned int shared_mem_arg(object v, str where) except? 0xFFFFFFFF:
     return <unsigned int>v
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class LaunchConfig:
     """Grid, block, dynamic shared memory and launch attributes of a kernel,
     validated once against the device and the kernel (the limits named in
@@ -364,6 +365,7 @@ cdef extern from *:
     PyObject** _tuple_items "PySequence_Fast_ITEMS"(tuple t)
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class Function(KernelBase):
     """A kernel entry point of a loaded Module (``cuModuleGetFunction``).
@@ -453,10 +455,7 @@ cdef class Function(KernelBase):
         """The ``CUfunction`` as an int."""
         return <uintptr_t>self._handle
 
-    # A method descriptor (binding False): the call goes from CPython's vectorcall straight to the
-    # argument parsing, with no bound-method object (and CPython checks that self is a Function).
-    @cython.binding(False)
-    @cython.embedsignature.format("clinic")     # inspect.signature reads its text signature
+    @cython.embedsignature.format("clinic")     # a method descriptor: inspect.signature reads its text signature
     def launch(self, grid, block, *args, shared_mem_bytes=0, stream=None, cooperative=False, cluster=None,
                programmatic_dependent=False):
         """Launch the kernel (``cuLaunchKernel``; ``cuLaunchKernelEx`` when a

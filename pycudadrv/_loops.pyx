@@ -175,6 +175,7 @@ def when(buffer, op, threshold, index=0):
     return Condition(buffer, op, threshold, index)
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class DeviceLoop(CapturedGraph):
     """A captured body run repeatedly on the GPU by one graph launch, through
     a conditional WHILE node (``cuGraphConditionalHandleCreate``,

@@ -106,6 +106,7 @@ cdef ParamLayout new_layout(str name, Device device, size_t limit):
     return lay
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class ParamLayout:
     """A kernel's parameter layout as the marshaller uses it (internal; see

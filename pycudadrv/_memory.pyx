@@ -134,6 +134,7 @@ cdef object _fill_value(object value, object dtype):
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class Buffer:
     """A device allocation, or a view of part of one.

@@ -167,6 +167,7 @@ def module_cache_size():
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class Module:
     """A loaded CUDA module. Get one from :func:`load_module` or

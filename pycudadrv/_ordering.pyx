@@ -2,6 +2,7 @@
 """Ordering after work queued elsewhere: a producer's ready point (an event that
 consumers wait for, as an external event node inside a capture), the capture a
 stream is part of, and the allocation trace of captures."""
+cimport cython
 from libc.stdint cimport uintptr_t
 from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check, warn_dealloc_failure
@@ -49,6 +50,7 @@ def alloc_trace(str what, size_t nbytes, stream=None):
     return True
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class ReadyEvent:
     """A point in a producer's stream that consumers wait for (internal; see
     ``ready_event``). Destroys its event when dropped."""

@@ -67,6 +67,7 @@ cdef int _prepared_checks(PreparedLaunch p) except -1:
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class PreparedLaunch:
     """A launch of one kernel with its configuration and argument storage

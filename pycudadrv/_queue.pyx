@@ -49,6 +49,7 @@ _SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview,
 
 # -- the queue's core ---------------------------------------------------------------------------
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.auto_pickle(False)
 cdef class QueueMode:
@@ -74,6 +75,7 @@ cdef inline long long _load(_Lane lane, QueueMode m) noexcept:
     return lane.capture.load if m.capturing else in_flight(lane)
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.auto_pickle(False)
 @cython.no_gc_clear         # __dealloc__ reads the lanes (_let_go)
 cdef class QueueCore:
@@ -626,8 +628,7 @@ cdef class QueueCore:
             self._mode.tracker.commit(<uint64_t>sp[0], <uint64_t>sp[1], True, sub, NULL)
 
     # -- submitting kernels ----------------------------------------------------------------------
-    @cython.binding(False)                      # a method descriptor, as Function.launch
-    @cython.embedsignature.format("clinic")
+    @cython.embedsignature.format("clinic")     # a method descriptor: inspect.signature reads its text signature
     def launch(self, fn, grid, block, *args, reads=None, writes=None, stream=None, timed=False, **launch_kw):
         """Launch ``fn`` (as :meth:`Function.launch`, which takes ``launch_kw``: ``shared_mem_bytes``,
         ``cooperative``, ``cluster``, ...) on a stream of the pool, after the work it depends on; returns

@@ -27,6 +27,7 @@ cdef enum:
     _WAIT = 2
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 cdef class LaunchSequence:
     """Prepared launches, event records and stream waits issued in order by
@@ -173,6 +174,7 @@ cdef class LaunchSequence:
         return f"<LaunchSequence of {self._n} items ({len(self._prepared)} launches)>"
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class DispatchBase:
     """The fast path of :class:`pycudadrv.dispatch.Dispatch`: a grid seen
     before (as the same hashable value) goes straight to its prepared launch

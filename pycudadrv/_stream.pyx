@@ -111,6 +111,7 @@ cdef int order_after(Stream consumer, Stream producer) except -1:
     return 0
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class _DeferredDestroy(CaptureWork):
     """A handle whose destruction a capture forbade: destroyed when it ends."""
     cdef int kind
@@ -193,6 +194,7 @@ cdef object _WRAP = object()
 
 
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
 cdef class Stream:
     """An owned CUDA stream (``cuStreamCreateWithPriority``, with ``CU_STREAM_NON_BLOCKING`` by default).
@@ -503,6 +505,7 @@ cdef class Stream:
         return f"<Stream 0x{<uintptr_t>self._handle:x} on device {dev}, {state}>"
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class EventBase:
     """The fields of an Event (internal: see pycudadrv.Event)."""
 
@@ -582,6 +585,7 @@ cdef CUstreamCaptureStatus handle_capture_info(CUstream h, cuuint64_t* cid, CUgr
     return st
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class CaptureWork:
     """Work a capture runs when it ends (internal): see _stream.pxd."""
 
@@ -592,6 +596,7 @@ cdef class CaptureWork:
         return 0
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class Capture:
     """The state of a stream capture in progress (made by ``stream.capture()``
     and the device-loop builders; not constructed directly)."""

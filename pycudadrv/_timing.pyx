@@ -25,7 +25,9 @@ __all__ = ["TimestampsBase", "Pass", "PASS_CACHE_LIMIT"]
 PASS_CACHE_LIMIT = 256
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class Pass
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class _PassExit
 
 # pycudadrv.nvtx.enabled, kept here by nvtx (it calls _nvtx_changed on every change): a pass reads a C flag.
@@ -61,6 +63,7 @@ cdef Py_ssize_t _put(list pool, Py_ssize_t n, object items) except -1:
     return n
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class TimestampsBase:
     """The state of a :class:`pycudadrv.Timestamps` and its pass entry/exit.
 
@@ -257,6 +260,7 @@ cdef class TimestampsBase:
 from pycudadrv._vcall cimport pycudadrv_enable_vectorcall, pycudadrv_vectorcall_nargs
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 cdef class _PassEnter:
     """``Pass.__enter__`` bound to one pass: records the start event and returns the Timestamps."""
@@ -268,6 +272,7 @@ cdef class _PassEnter:
         return f"<bound __enter__ of the Timestamps pass {self._label!r}>"
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 cdef class _PassExit:
     """``Pass.__exit__`` of every pass of one Timestamps: records the end event of the innermost
@@ -320,6 +325,7 @@ cdef int _enable_vectorcalls() except -1:
 _enable_vectorcalls()
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 cdef class _EnterSlot:
     """The ``__enter__`` descriptor of Pass."""
@@ -329,6 +335,7 @@ cdef class _EnterSlot:
         return self if obj is None else _not_a_pass("__enter__", obj)
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 cdef class _ExitSlot:
     """The ``__exit__`` descriptor of Pass."""
@@ -343,6 +350,7 @@ cdef object _not_a_pass(str name, object obj):
                             f"{type(obj).__name__}")
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 cdef class Pass:
     """``with ts.measure(label):`` -- one event recorded on entry, one on exit.

@@ -24,6 +24,7 @@ cdef enum:
 
 
 # Not tracked by the garbage collector: no cycle passes through a segment (Submissions do not reach the tracker).
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.no_gc
 @cython.freelist(128)       # segments come and go with every new range written and every prune
@@ -163,6 +164,7 @@ cdef inline int _reader_deps(Submission r, Submission me, DepList* deps, long lo
     return 0
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.auto_pickle(False)
 cdef class _Tracker:

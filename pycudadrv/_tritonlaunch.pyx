@@ -47,6 +47,7 @@ cdef inline bint _same_grid(object g, object last):
     return True
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 @cython.no_gc_clear
 cdef class _LaunchPlan:
@@ -70,6 +71,7 @@ cdef class _LaunchPlan:
         pycudadrv_arena_release(&self.arena)
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 cdef class TritonLaunchBase:
     """The launch half of :class:`pycudadrv.triton.TritonKernel` (internal base class).
 

@@ -213,6 +213,7 @@ cdef void drop_queued(waiter_t* w) noexcept nogil:
         channel_unref(ch)
 
 
+@cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.final
 cdef class Waiter:
     """The waiter thread of one device (made by :func:`waiter_for`), or, with ``device=None``, a
