@@ -276,11 +276,20 @@ def _one_type(t):
     if not isinstance(t, (np.dtype, type)):
         raise ArgumentValueError(f"unknown parameter type {_bounded_repr(t)} in signature (use a C type name or a "
                                  "numpy dtype)")
+    if isinstance(t, type) and t in _ABSTRACT_SCALARS:
+        raise ArgumentValueError(f"unknown parameter type {t!r} in signature: an abstract numpy scalar type has "
+                                 "no size (use a concrete one, such as np.float32)")
     try:
         dt = np.dtype(t)
     except (TypeError, ValueError) as e:
         raise ArgumentValueError(f"unknown parameter type {t!r} in signature ({e})") from None
     return _dtype_type(dt, repr(t))
+
+
+# numpy's abstract scalar types: np.dtype() of these is an error in numpy 2 and a deprecated
+# 0-byte void in numpy 1.x; refused by name on both.
+_ABSTRACT_SCALARS = (np.generic, np.number, np.integer, np.signedinteger, np.unsignedinteger, np.inexact,
+                     np.floating, np.complexfloating, np.flexible, np.character)
 
 
 def _bounded_repr(v, limit=60):

@@ -53,3 +53,20 @@ def _private_compile_cache(tmp_path_factory):
     if "PYCUDADRV_CACHE_DIR" not in os.environ:
         os.environ["PYCUDADRV_CACHE_DIR"] = str(tmp_path_factory.mktemp("nvrtc-cache"))
     yield
+
+
+@pytest.fixture(autouse=True)
+def _switches_read_once_come_back():
+    """A switch read once and kept (PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC) is what it was before each
+    test: a test that flips it and leaves it flipped would run every later test with foreign
+    ordering off (their failures would then point at the launch path, not at that test)."""
+    from pycudadrv import _env
+
+    before = _env._foreign_sync
+    yield
+    after = _env._foreign_sync
+    expected = before if before is not None else _env.env_flag("PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC", True)
+    if after is not None and after != expected:
+        _env._foreign_sync = before
+        pytest.fail(f"this test left PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC's kept value at {after} (it was {expected}); "
+                    "restore it (monkeypatch.setattr(_env, '_foreign_sync', ...))")

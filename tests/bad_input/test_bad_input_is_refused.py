@@ -189,6 +189,7 @@ def test_set_launch_hook_takes_none_or_an_object_with_before_and_after(hook):
     (lambda: sig.parse_signature(5), cd.ArgumentTypeError, "got int 5"),
     (lambda: sig.parse_signature({"int": 1}), cd.ArgumentTypeError, "got dict"),
     (lambda: sig.parse_signature([np.generic]), cd.ArgumentValueError, "unknown parameter type"),
+    (lambda: sig.parse_signature([np.floating]), cd.ArgumentValueError, "abstract numpy scalar type"),
     (lambda: sig.ptx_entries(b".entry k()"), cd.ArgumentTypeError,
      "ptx_entries: ptx must be PTX text as a str; decode bytes first (ptx.decode()), got bytes b'.entry k()'"),
     (lambda: sig.ptx_entries(None), cd.ArgumentTypeError, "ptx_entries: ptx must be PTX text as a str, got NoneType None"),

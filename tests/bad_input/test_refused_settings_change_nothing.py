@@ -77,6 +77,9 @@ def test_compile_takes_none_for_every_optional_sequence():
 def test_the_array_interface_sync_switch_is_read_like_the_other_switches(monkeypatch, value, on):
     from pycudadrv import _env
 
+    # The switch is read once and kept: the value cached before this test comes back after it, or
+    # every later test in the process would run with foreign ordering off.
+    monkeypatch.setattr(_env, "_foreign_sync", _env._foreign_sync)
     if value is None:
         monkeypatch.delenv("PYCUDADRV_CUDA_ARRAY_INTERFACE_SYNC", raising=False)
     else:

@@ -870,7 +870,7 @@ def test_a_cai_descr_of_another_element_size_than_its_typestr_is_refused():
     real = cd.Buffer.zeros(64, np.float32)
     lying = _CAIDict(shape=(64,), typestr="<f4", data=(real.ptr, False), stream=None,
                      descr=[("a", "<f8"), ("b", "<f8")])
-    with pytest.raises(cd.ArgumentTypeError, match="16 bytes an element"):
+    with pytest.raises(cd.ArgumentValueError, match="16 bytes an element"):
         cd.asbuffer(lying)
     fine = cd.asbuffer(_CAIDict(shape=(32,), typestr="|V8", data=(real.ptr, False), stream=None,
                                 descr=[("a", "<f4"), ("b", "<f4")]))

@@ -241,7 +241,7 @@ def test_a_launch_of_the_same_triton_kernel_from_inside_an_arguments_interface_k
     """The prepared path packs into its plan's arena: a launch of the same kernel made while an
     argument is read (a CAI property, as torch's is) must not overwrite the outer launch's
     already-packed arguments; the outer launch, and launches after it, keep their values."""
-    from tests.test_gpu_generic_launch import _ReentrantCAI
+    from _reentrant import _ReentrantCAI
     tk = load(obj)
     s = cd.Stream()
     n = 256

@@ -2,11 +2,15 @@
 parameters the driver takes, mixed scalar kinds, Python and numpy scalars, None, checked against
 NumPy float64 on fresh random values; each twice in one process and right after a prepared launch
 of the same kernel (the generic path keeps its own argument arena per function)."""
+import os
+
 import numpy as np
 import pytest
 
 import pycudadrv as cd
 from pycudadrv._signature import param_limit
+
+from _reentrant import SCALE, _ReentrantCAI   # tests/ is on sys.path (conftest.py)
 
 pytestmark = pytest.mark.gpu
 
@@ -251,28 +255,6 @@ def test_grid_and_block_by_keyword_as_the_signature_names_them():
         fn.launch(block=32)
 
 
-SCALE = r"""
-extern "C" __global__ void scale(float* out, const float* x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a * x[i];
-}
-"""
-
-
-class _ReentrantCAI:
-    """A foreign array whose ``__cuda_array_interface__`` (a Python property, as torch's is) runs
-    ``during()`` the first time it is read: Python code inside the marshalling of a launch."""
-
-    def __init__(self, buf, during):
-        self.buf, self.during, self.reads = buf, during, 0
-
-    @property
-    def __cuda_array_interface__(self):
-        self.reads += 1
-        if self.reads == 1:
-            self.during()
-        return {"shape": (self.buf.nbytes // 4,), "typestr": "<f4", "data": (self.buf.ptr, False), "version": 3}
-
-
 def test_a_launch_of_the_same_kernel_from_inside_an_arguments_interface_keeps_both_launches_arguments(rng):
     """The generic launch packs into the function's own arena: a launch of the same function made
     while an argument is being read (a CAI property, or another thread at that moment) must not
@@ -299,7 +281,8 @@ def test_set_signature_from_inside_an_arguments_interface_is_refused_not_a_crash
     import sys
     code = (
         "import numpy as np, pycudadrv as cd\n"
-        f"from tests.test_gpu_generic_launch import SCALE, _ReentrantCAI\n"
+        f"import sys; sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+        "from _reentrant import SCALE, _ReentrantCAI\n"
         "fn = cd.compile(SCALE).load().function('scale')\n"
         "x = cd.Buffer.from_numpy(np.ones(8, np.float32)); y = cd.Buffer.zeros(8, np.float32)\n"
         "fn.launch(1, 8, y, x, 1.0, 8)\n"
@@ -307,7 +290,6 @@ def test_set_signature_from_inside_an_arguments_interface_is_refused_not_a_crash
         "try:\n    fn.launch(1, 8, y, h, 2.0, 8)\nexcept cd.Error as e:\n    print('REFUSED', e)\n"
         "fn.launch(1, 8, y, x, 3.0, 8)\n"
         "print('Y', y.to_numpy()[0])\n")
-    import os
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert r.returncode == 0, r.stdout + r.stderr
