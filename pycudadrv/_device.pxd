@@ -7,7 +7,7 @@ cdef class Device:
     cdef CUdevice _handle
     cdef CUcontext _context
     # Limits read once (cuDeviceGetAttribute) and used by launch validation.
-    cdef public int max_threads_per_block
+    cdef readonly int max_threads_per_block
     cdef int max_block[3]
     cdef int max_grid[3]
     cdef int max_shared_per_block

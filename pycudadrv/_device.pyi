@@ -22,7 +22,8 @@ class Device:
     """A CUDA device and its primary context (objects of one ordinal compare equal)."""
 
     #: Per-device ``CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK`` (read at creation).
-    max_threads_per_block: int
+    @property
+    def max_threads_per_block(self) -> int: ...
     # ``ordinal``: an int or a numpy integer (a bool or a float is an ArgumentTypeError).
     def __new__(cls, ordinal: int | np.integer[Any] = 0) -> Self: ...
     @property

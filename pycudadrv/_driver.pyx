@@ -276,7 +276,3 @@ def fnv1a64(data):
     return pycudadrv_fnv1a64(&view[0], view.shape[0])
 
 
-def _check_code(int code, str call="test"):
-    """Raise the CudaError for ``code`` as the driver would (tests use this)."""
-    driver()
-    check(<CUresult>code, call.encode())

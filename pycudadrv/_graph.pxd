@@ -16,7 +16,6 @@ cdef class CapturedGraph:
                                      # installed, let go of (after the launches so far) by the next one
     cdef list _launch_streams        # streams it was launched on (frees of held memory wait for them)
     cdef Stream _last_launch
-    cdef list _after_end             # callables run on the ended graph before it is instantiated
     cdef bint _closed
     cdef bint _device_updated        # has device-updatable kernel nodes
     cdef bint _upload_first          # upload before the next launch (after a host update of such a graph)

@@ -134,7 +134,7 @@ cdef class CapturedGraph:
     def __cinit__(self, *args, **kwargs):
         # Every field is set here, so a graph is never half made; what is given is checked
         # here too (DeviceLoop's own arguments come on top, for its __init__).
-        self._held, self._kernels, self._roots, self._launch_streams, self._after_end = [], [], [], [], []
+        self._held, self._kernels, self._roots, self._launch_streams = [], [], [], []
         self._module_lives = ()
         self._updates = {}
         stream = args[0] if args else kwargs.get("stream")
@@ -199,7 +199,7 @@ cdef class CapturedGraph:
             self._closed = True
             raise ArgumentValueError("empty capture: nothing was launched on the stream inside the `with` block")
         self._n_nodes = <int>n
-        for hook in list(self._after_end) + list(c.finalizers):
+        for hook in list(c.finalizers):
             hook(self)
         self._stream.device.activate()
         check(d.p_cuGraphInstantiateWithFlags(&self._exec, g, 0), "cuGraphInstantiateWithFlags")
@@ -226,10 +226,6 @@ cdef class CapturedGraph:
             raise StateError("CapturedGraph.hold(): call it inside the `with stream.capture()` block, while the "
                              "graph is being captured")
         self._capture.hold_all(objs)
-
-    def _add_after_end(self, hook):
-        """Run ``hook(graph)`` once the capture has ended, before instantiation."""
-        self._after_end.append(hook)
 
     def _graph_handle(self):
         return <uintptr_t>self._graph

@@ -28,15 +28,6 @@ class Condition:
 
 def when(buffer: Buffer, op: str, threshold: float | int, index: int = 0) -> Condition: ...
 def loop_kernel(device: Any, name: str) -> Function: ...
-def device_loop(
-    stream: Stream,
-    mode: _CaptureMode = "thread_local",
-    *,
-    pdl: bool = False,
-    times: int | None = None,
-    until: Condition | None = None,
-    max_iterations: int | None = None,
-) -> DeviceLoop: ...
 def follows_kernel(stream: Stream) -> bool: ...
 def patch_kernel_node(
     graph: CapturedGraph, node: int, fn: Function, grid: tuple[int, int, int], block: tuple[int, int, int],

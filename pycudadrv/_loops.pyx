@@ -387,11 +387,6 @@ cdef class DeviceLoop(CapturedGraph):
         return f"<DeviceLoop {what} max_iterations={self.max_iterations}{' pdl' if self.pdl else ''}>"
 
 
-def device_loop(stream, mode="thread_local", *, pdl=False, times=None, until=None, max_iterations=None):
-    """``stream.loop(...)``: see :class:`DeviceLoop`."""
-    return DeviceLoop(stream, mode, pdl=pdl, times=times, until=until, max_iterations=max_iterations)
-
-
 def follows_kernel(Stream stream not None):
     """Whether the next work captured on ``stream`` depends on exactly one node, the
     kernel launch captured last (so a kernel launched now with programmatic stream

@@ -137,3 +137,14 @@ def test_the_same_cubin_with_and_without_its_ptx_are_separate_cache_entries():
     assert bare.function("k").layout_source in ("cuFuncGetParamInfo", "unknown")
     assert typed.function("k").layout_source.endswith("ptx")
     assert cd.load_module(obj.image, ptx=obj.ptx) is typed
+
+
+def test_a_devices_limits_are_read_only():
+    """Launch validation reads Device.max_threads_per_block: a user's write would change what every
+    later launch on that device is checked against, so it is refused."""
+    dev = cd.Device(0)
+    limit = dev.max_threads_per_block
+    assert limit == dev.attribute("max_threads_per_block")
+    with pytest.raises(AttributeError):
+        dev.max_threads_per_block = 4 * limit
+    assert cd.Device(0).max_threads_per_block == limit
