@@ -20,63 +20,10 @@ import pytest
 import pycudadrv as cd
 from pycudadrv import _waiter, aio
 
-
-# --- a pretend GPU ------------------------------------------------------------------------------
-
-class FakeDevice:
-    ordinal = 0
+from _fakes import GPU, FakeDevice, FakeEvent, FakeKernel, FakeStream, complete
 
 
-class Gpu:
-    def __init__(self):
-        self.fault = None              # a CudaError every query raises (a poisoned context)
-        self.streams = []
-
-
-GPU = Gpu()
-
-
-class FakeEvent:
-    def __init__(self, timing=True, device=None):
-        self.device = FakeDevice()
-        self.done = False
-        self.is_recorded = False
-        self.flag = np.zeros(1, np.int32)     # what the test waiter thread spins on: 1 done, else a CUresult
-
-    def record(self, stream):
-        self.is_recorded = True
-        self.done = False
-        self.flag[0] = 0
-        return self
-
-    def query(self):
-        if GPU.fault is not None:
-            raise GPU.fault
-        return self.done
-
-    def synchronize(self):
-        if GPU.fault is not None:
-            raise GPU.fault
-        self.done = True
-        self.flag[0] = 1
-
-
-class FakeStream:
-    count = 0
-
-    def __init__(self, device=None):
-        FakeStream.count += 1
-        self.device = FakeDevice()
-        self.handle = 0x2000 + FakeStream.count
-        GPU.streams.append(self)
-
-
-def complete(*events):
-    """The GPU finishes `events`: the waiter thread sees its flag (1, or the fault's code)."""
-    for ev in events:
-        ev.done = True
-        ev.flag[0] = 1 if GPU.fault is None else GPU.fault.code
-
+# --- a pretend GPU (tests/_fakes.py) and the waiter thread it completes through -----------------
 
 class FlagWaiter:
     """The device waiter for fake events: the process's test waiter thread (pycudadrv._waiter), which
@@ -95,8 +42,7 @@ MODES = ["loop", "blocking"]
 
 @pytest.fixture(params=MODES)
 def fake(request, monkeypatch):
-    global GPU
-    GPU = Gpu()
+    GPU.reset()
     monkeypatch.setattr(aio, "Event", FakeEvent)
     monkeypatch.setattr(aio, "Stream", FakeStream)
     for name in ("_events", "_policies"):
@@ -671,20 +617,6 @@ def test_the_waiter_thread_stops_at_exit_and_restarts_in_a_forked_child(case):
 
 # --- lazy futures (CPU) -------------------------------------------------------------------------
 
-class FakeFunction:
-    name = "k"
-
-    def __init__(self, fail=None):
-        self.device = FakeDevice()
-        self.calls = []
-        self.fail = fail
-
-    def launch(self, grid, block, *args, stream=None):
-        self.calls.append((grid, block, args, stream))
-        if self.fail is not None:
-            raise self.fail
-
-
 @pytest.fixture
 def lazy_fake(fake, monkeypatch):
     monkeypatch.setattr(aio, "Device", FakeDevice)
@@ -692,7 +624,7 @@ def lazy_fake(fake, monkeypatch):
 
 
 def test_a_lazy_launch_runs_at_its_first_await_and_only_once(lazy_fake):
-    fn = FakeFunction()
+    fn = FakeKernel(record=True)
 
     async def main():
         fut = aio.launch(fn, 4, 256, "y", "x", lazy=True)
@@ -709,7 +641,7 @@ def test_a_lazy_launch_runs_at_its_first_await_and_only_once(lazy_fake):
 
 
 def test_submit_submits_a_lazy_future_once_and_result_submits_one_too(lazy_fake):
-    fn = FakeFunction()
+    fn = FakeKernel(record=True)
     fut = aio.launch(fn, 1, 32, 1.0, lazy=True)
     assert fut.submit() is fut and fut.submit() is fut and len(fn.calls) == 1
     fut2 = aio.launch(fn, 1, 32, 2.0, lazy=True)
@@ -720,7 +652,7 @@ def test_submit_submits_a_lazy_future_once_and_result_submits_one_too(lazy_fake)
 
 def test_a_lazy_launch_error_comes_back_through_the_future_at_every_await(lazy_fake):
     err = cd.ArgumentValueError("kernel 'k': grid (0, 1, 1) out of range")
-    fn = FakeFunction(fail=err)
+    fn = FakeKernel(record=True, fail=err)
     fut = aio.launch(fn, 0, 32, lazy=True)          # no error here
 
     async def main():
@@ -749,7 +681,7 @@ def test_a_lazy_launch_takes_its_stream_from_the_policy_at_submission_and_raises
     class Broken:
         def next_stream(self):
             raise cd.StateError("policy: no stream left")
-    fn = FakeFunction()
+    fn = FakeKernel(record=True)
     futs = [aio.launch(fn, 1, 32, lazy=True) for _ in range(2)]
     prev = aio.set_policy(Broken(), fn.device)
     try:
@@ -764,7 +696,7 @@ def test_a_lazy_launch_takes_its_stream_from_the_policy_at_submission_and_raises
 def test_a_lazy_launch_keeps_its_arguments_alive_until_the_work_is_done(lazy_fake):
     class Arg:
         pass
-    fn = FakeFunction()
+    fn = FakeKernel(record=True)
     arg = Arg()
     ref = weakref.ref(arg)
     fut = aio.launch(fn, 1, 32, arg, lazy=True)

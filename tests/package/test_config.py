@@ -14,6 +14,8 @@ import pycudadrv as cd
 from pycudadrv import config, nvrtc
 from pycudadrv._env import ENVIRONMENT_VARIABLES
 
+from _fakes import FakeDevice
+
 
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
@@ -35,16 +37,6 @@ def _no_driver(monkeypatch):
 
     monkeypatch.setattr(cd, "require", require)
     monkeypatch.setattr(cd, "device_count", require)
-
-
-class FakeDevice:
-    def __init__(self, ordinal):
-        self.ordinal = ordinal
-        self.name = "NVIDIA H200"
-        self.compute_capability = (9, 0)
-        self.arch = "sm_90"
-        self.total_memory = 150_109_880_320
-        self.multiprocessor_count = 132
 
 
 def _fake_gpus(monkeypatch, n=2, selected=None):

@@ -20,123 +20,10 @@ import pycudadrv as cd
 import pycudadrv._interop as interop
 import pycudadrv.queue as qmod
 from queue_model import RangeTracker
-from pycudadrv._signature import parse_signature
+from _fakes import GPU, FakeEvent, FakeKernel, FakeStream
 
 
-# --- a pretend GPU ------------------------------------------------------------------------------
-
-class Sim:
-    """What every pretend stream was asked to do, in order."""
-
-    def __init__(self):
-        self.log = []
-        self.last = {}          # stream id -> label of the last work queued on it
-        self.fault = None       # a CudaError every query and synchronize raises (a poisoned context)
-        self.queries = 0        # event queries asked (cuEventQuery)
-
-
-SIM = Sim()
-
-
-class FakeDevice:
-    ordinal = 0
-
-
-class FakeStream:
-    count = 0
-
-    def __init__(self, device=None):
-        FakeStream.count += 1
-        self.id = FakeStream.count
-        self.handle = 0x1000 + self.id
-        self.device = FakeDevice()
-        self.closed = False
-        self.events = []
-        self.busy = False
-
-    def wait(self, ev):
-        SIM.log.append(("wait", self.id, ev.after))
-
-    def wait_stream(self, other):
-        SIM.log.append(("wait_stream", self.id, other.id))
-
-    def synchronize(self):
-        if self.closed:
-            raise cd.ClosedError("stream is closed")       # as Stream.synchronize
-        if SIM.fault is not None:
-            raise SIM.fault
-        for ev in self.events:
-            if ev.stream is self:       # a pooled event recorded on another stream since is that one's
-                ev.done = True
-
-    def query(self):
-        return not self.busy
-
-    def close(self):
-        self.closed = True
-
-    def capture(self, mode="thread_local"):
-        return FakeGraph(self)
-
-
-class FakeEvent:
-    def __init__(self, timing=True, device=None):
-        self.done = False
-        self.stream = None
-        self.after = None
-
-    def record(self, stream):
-        if SIM.fault is not None:
-            raise SIM.fault
-        self.stream = stream
-        self.done = False
-        self.after = SIM.last.get(stream.id)
-        stream.events.append(self)
-        SIM.log.append(("record", stream.id, self.after))
-        return self
-
-    def query(self):
-        SIM.queries += 1
-        if SIM.fault is not None:
-            raise SIM.fault
-        return self.done
-
-    def synchronize(self):
-        if SIM.fault is not None:
-            raise SIM.fault
-        self.done = True
-
-
-class FakeGraph:
-    def __init__(self, stream):
-        self.stream = stream
-        self.held = []
-        self.entered = self.exited = False
-
-    def __enter__(self):
-        self.entered = True
-        SIM.log.append(("begin_capture", self.stream.id))
-        return self
-
-    def __exit__(self, *exc):
-        self.exited = True
-        SIM.log.append(("end_capture", self.stream.id))
-        return False
-
-    def hold(self, *objs):
-        self.held.extend(objs)
-
-
-class FakeKernel:
-    def __init__(self, name, signature=None):
-        self.name = name
-        self.param_layout = None if signature is None else parse_signature(signature)
-        self.layout_source = "signature" if signature else "unknown"
-
-    def launch(self, grid, block, *args, stream=None, **kw):
-        SIM.log.append(("launch", stream.id, self.name))
-        SIM.last[stream.id] = self.name
-
+# --- a pretend GPU (tests/_fakes.py) and the Queue's own fakes ------------------------------------
 
 ALLOC_STREAM = FakeStream()
 
@@ -158,15 +45,15 @@ class FakeBuffer:
         return {"version": 3, "data": (self.ptr, False), "shape": (self.nbytes,), "typestr": "|u1"}
 
     def fill(self, value, stream=None):
-        SIM.log.append(("launch", stream.id, f"fill@{self.ptr:x}"))
-        SIM.last[stream.id] = f"fill@{self.ptr:x}"
+        GPU.log.append(("launch", stream.id, f"fill@{self.ptr:x}"))
+        GPU.last[stream.id] = f"fill@{self.ptr:x}"
 
     def copy_to(self, dst, n, src_offset, dst_offset, stream=None):
-        SIM.log.append(("launch", stream.id, "copy"))
-        SIM.last[stream.id] = "copy"
+        GPU.log.append(("launch", stream.id, "copy"))
+        GPU.last[stream.id] = "copy"
 
     def to_numpy(self, out=None, stream=None):
-        SIM.log.append(("launch", stream.id, "read"))
+        GPU.log.append(("launch", stream.id, "read"))
         stream.synchronize()
         return np.arange(3.0)
 
@@ -174,18 +61,17 @@ class FakeBuffer:
 @pytest.fixture
 def fake(monkeypatch):
     """The queue module wired to the pretend GPU."""
-    global SIM
-    SIM = Sim()
+    GPU.reset()
     monkeypatch.setattr(qmod, "Stream", FakeStream)
     monkeypatch.setattr(qmod, "Event", FakeEvent)
     monkeypatch.setattr(qmod, "Buffer", FakeBuffer)
-    return SIM
+    return GPU
 
 
 def lane_of(q, name):
     """Index in the pool of the stream kernel `name` was launched on."""
     ids = [s.id for s in q.streams]
-    for op in SIM.log:
+    for op in GPU.log:
         if op[0] == "launch" and op[2] == name:
             return ids.index(op[1])
     raise AssertionError(f"{name} was never launched")
@@ -194,7 +80,7 @@ def lane_of(q, name):
 def waits(q):
     """[(pool index of the waiting stream, label of the work it waits for)] in order."""
     ids = [s.id for s in q.streams]
-    return [(ids.index(op[1]), op[2]) for op in SIM.log if op[0] == "wait"]
+    return [(ids.index(op[1]), op[2]) for op in GPU.log if op[0] == "wait"]
 
 
 def complete_all(q):
@@ -308,12 +194,12 @@ def test_explicit_reads_override_the_layout_and_writes_add_memory(fake):
     q.launch(FakeKernel("k", "float* x, float* y"), 1, 32, x, y, reads=[x], writes=hidden, stream=q.streams[0])
     q.launch(FakeKernel("r", "float* y, const float* x"), 1, 32, y, x, stream=q.streams[1])
     assert [w for w in waits(q)] == [(1, "k")]          # y (still written), not x
-    SIM.log.clear()
+    GPU.log.clear()
     q.launch(FakeKernel("h", "const float* x"), 1, 32, x, reads=hidden, stream=q.streams[1])
     assert waits(q) == []                               # stream 1 already waited for k
     q2 = cd.Queue(streams=2)
     q2.launch(FakeKernel("k", "float* x, float* y"), 1, 32, x, y, reads=[x], writes=hidden, stream=q2.streams[0])
-    SIM.log.clear()
+    GPU.log.clear()
     q2.launch(FakeKernel("h", "const float* x"), 1, 32, x, reads=hidden, stream=q2.streams[1])
     assert waits(q2) == [(1, "k")]                      # the memory only writes= named
 
@@ -363,10 +249,10 @@ def test_choosing_a_stream_asks_the_driver_nothing(fake):
     # holds while the GPU is behind.
     q = cd.Queue(streams=4)
     bufs = buffers(64)
-    SIM.queries = 0
+    GPU.queries = 0
     for k in range(15):                               # independent work, the streams all busy
         q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
-    assert SIM.queries == 0 and sum(q.stats()["in_flight"]) == 15
+    assert GPU.queries == 0 and sum(q.stats()["in_flight"]) == 15
     assert max(q.stats()["in_flight"]) - min(q.stats()["in_flight"]) <= 1      # still spread evenly
 
 
@@ -376,9 +262,9 @@ def test_work_seen_finished_is_not_waited_for(fake):
     q.launch(A, 1, 32, y, x)
     complete_all(q)
     q._retire_now()                                  # the completion check sees A done
-    SIM.queries = 0
+    GPU.queries = 0
     q.launch(B, 1, 32, u, y)
-    assert (SIM.queries, waits(q)) == (0, [])
+    assert (GPU.queries, waits(q)) == (0, [])
 
 
 def test_a_dependency_not_seen_finished_is_waited_for_without_asking(fake):
@@ -388,10 +274,10 @@ def test_a_dependency_not_seen_finished_is_waited_for_without_asking(fake):
     x, y, u, v = buffers(4)
     q.launch(A, 1, 32, y, x)                         # stream 0
     q.launch(B, 1, 32, u, y)                         # stream 1: A running: waited for
-    assert (SIM.queries, waits(q)) == (0, [(1, "A")])
+    assert (GPU.queries, waits(q)) == (0, [(1, "A")])
     complete_all(q)                                  # everything done; the queue has not seen it
     q.launch(FakeKernel("E", "float* v, const float* u"), 1, 32, v, u)   # stream 0 reads u (B)
-    assert (SIM.queries, waits(q)) == (0, [(1, "A"), (0, "B")])          # ordered by a wait, not a query
+    assert (GPU.queries, waits(q)) == (0, [(1, "A"), (0, "B")])          # ordered by a wait, not a query
 
 
 def test_once_the_completion_check_saw_work_finished_it_is_not_waited_for_again(fake):
@@ -417,28 +303,28 @@ def test_the_completion_check_asks_the_tail_first_then_the_front_then_halves(fak
     bufs = buffers(40)
     for k in range(12):
         q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
-    SIM.queries = 0
+    GPU.queries = 0
     q._retire_now()                                   # the GPU behind: the tail, then the front
-    assert (SIM.queries, q.stats()["in_flight"]) == (2, [12])
-    SIM.queries = 0
+    assert (GPU.queries, q.stats()["in_flight"]) == (2, [12])
+    GPU.queries = 0
     q._retire_now()                                   # still behind: the front alone
-    assert (SIM.queries, q.stats()["in_flight"]) == (1, [12])
+    assert (GPU.queries, q.stats()["in_flight"]) == (1, [12])
     for ev in q.streams[0].events[:5]:                # the first five completed
         ev.done = True
-    SIM.queries = 0
+    GPU.queries = 0
     q._retire_now()                                   # front, tail, then halves: 2 + log2(12) at most
-    assert q.stats()["in_flight"] == [7] and SIM.queries <= 6
+    assert q.stats()["in_flight"] == [7] and GPU.queries <= 6
     complete_all(q)
-    SIM.queries = 0
+    GPU.queries = 0
     q._retire_now()                                   # the GPU keeping up: the tail alone
-    assert (SIM.queries, q.stats()["in_flight"]) == (1, [0])
+    assert (GPU.queries, q.stats()["in_flight"]) == (1, [0])
     for k in range(12):
         q.launch(FakeKernel(f"j{k}", "float* y"), 1, 32, bufs[k])
     for ev in q.streams[0].events[-12:][:5]:
         ev.done = True
-    SIM.queries = 0
+    GPU.queries = 0
     q._retire_now()                                   # tail (running), front (done), then halves
-    assert q.stats()["in_flight"] == [7] and SIM.queries <= 6
+    assert q.stats()["in_flight"] == [7] and GPU.queries <= 6
 
 
 def test_the_completion_check_asks_every_stream_then_comes_16_submissions_per_stream_later(fake):
@@ -451,15 +337,15 @@ def test_the_completion_check_asks_every_stream_then_comes_16_submissions_per_st
         q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
     assert q.stats()["in_flight"] == [4, 4, 4, 3]
     complete_all(q)
-    SIM.queries = 0
+    GPU.queries = 0
     q.launch(FakeKernel("k15", "float* y"), 1, 32, bufs[15])          # the 16th: a check of all four
-    assert (SIM.queries, q.stats()["in_flight"]) == (4, [0, 0, 0, 1])  # each one's tail: all done
+    assert (GPU.queries, q.stats()["in_flight"]) == (4, [0, 0, 0, 1])  # each one's tail: all done
     for k in range(16, 79):
         q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
-    assert SIM.queries == 4                                            # 63 more: no check yet
+    assert GPU.queries == 4                                            # 63 more: no check yet
     complete_all(q)
     q.launch(FakeKernel("k79", "float* y"), 1, 32, bufs[79])          # the 64th after it
-    assert (SIM.queries, q.stats()["in_flight"]) == (8, [0, 0, 0, 1])
+    assert (GPU.queries, q.stats()["in_flight"]) == (8, [0, 0, 0, 1])
 
 
 def test_while_every_check_finds_all_work_done_checks_come_less_often_down_to_a_quarter(fake):
@@ -471,11 +357,11 @@ def test_while_every_check_finds_all_work_done_checks_come_less_often_down_to_a_
 
     def submit_until_a_check(limit=1000):
         nonlocal n
-        before = SIM.queries
+        before = GPU.queries
         for k in range(1, limit + 1):
             q.launch(FakeKernel(f"k{n}", "float* y"), 1, 32, bufs[n % 8])
             n += 1
-            if SIM.queries != before:
+            if GPU.queries != before:
                 return k
             complete_all(q)
         return None
@@ -487,9 +373,9 @@ def test_while_every_check_finds_all_work_done_checks_come_less_often_down_to_a_
         q.launch(FakeKernel(f"r{k}", "float* y"), 1, 32, bufs[k % 8])
     for pool_stream in q.streams[:3]:
         pool_stream.synchronize()
-    before = SIM.queries
+    before = GPU.queries
     q.launch(FakeKernel("r255", "float* y"), 1, 32, bufs[0])             # the 256th: a check
-    assert SIM.queries > before
+    assert GPU.queries > before
     assert q.stats()["in_flight"][:3] == [0, 0, 0] and q.stats()["in_flight"][3] > 0
     assert submit_until_a_check() == 64                # work found running: the base again
 
@@ -503,11 +389,11 @@ def test_a_check_with_nothing_in_flight_changes_nothing_and_the_next_asks_each_t
         q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
     q.synchronize()
     q._retire_now()
-    SIM.queries = 0
+    GPU.queries = 0
     for k in range(16):
         q.launch(FakeKernel(f"j{k}", "float* y"), 1, 32, bufs[4 + k])
         complete_all(q)
-    assert SIM.queries == 2                           # the 16th: each stream's tail, all done
+    assert GPU.queries == 2                           # the 16th: each stream's tail, all done
 
 
 def test_work_on_streams_given_with_stream_is_seen_complete_while_the_pool_sets_the_pace(fake):
@@ -577,11 +463,11 @@ def test_a_stream_given_in_a_let_go_lanes_place_is_still_waited_for(fake):
         q.launch(FakeKernel(f"p{k}", "float* y"), 1, 32, y)
         complete_all(q)
     assert q._lanes_kept() <= 1 + 16
-    SIM.log.clear()
+    GPU.log.clear()
     s = FakeStream()                        # a lane afresh, maybe at an old index; its write not done
     q.launch(FakeKernel("w_new", "float* x"), 1, 32, x, stream=s)
     q.launch(FakeKernel("r_new", "float* y, const float* x"), 1, 32, y, x)
-    assert ("wait", q.streams[0].id, "w_new") in SIM.log
+    assert ("wait", q.streams[0].id, "w_new") in GPU.log
 
 
 def test_a_submission_interleaved_by_another_threads_is_refused_not_issued_without_its_hazards(fake):
@@ -642,9 +528,9 @@ def test_streams_that_only_read_shared_memory_are_let_go_too(fake):
     gc.collect()
     assert sum(r() is not None for r in refs) <= 4 * 2 * 16 + 16 + 1 + 4
     seg, = [d for d in q._tracker_dump() if d[0] == 0x900000]
-    SIM.log.clear()
+    GPU.log.clear()
     q.launch(FakeKernel("W", "float* w"), 1, 32, weights)        # a writer still waits for pending readers
-    assert len([op for op in SIM.log if op[0] == "wait"]) <= 4 * 2 * 16 + 1
+    assert len([op for op in GPU.log if op[0] == "wait"]) <= 4 * 2 * 16 + 1
 
 
 def test_independent_chains_spread_over_the_streams_without_waits_across_completion_checks(fake):
@@ -679,16 +565,16 @@ def test_while_nothing_completes_the_completion_check_comes_less_often(fake):
     bufs = buffers(260)
     for k in range(256):
         q.launch(FakeKernel(f"k{k}", "float* y"), 1, 32, bufs[k])
-    assert SIM.queries <= 5                           # one per 16 submissions would be 16
+    assert GPU.queries <= 5                           # one per 16 submissions would be 16
     complete_all(q)
     q._retire_now()                                   # finds them all done: every 64 submissions (4 x 16)
     assert q.stats()["in_flight"] == [0]
-    SIM.queries = 0
+    GPU.queries = 0
     for k in range(63):
         q.launch(FakeKernel(f"j{k}", "float* y"), 1, 32, bufs[k])
-    assert SIM.queries == 0
+    assert GPU.queries == 0
     q.launch(FakeKernel("j63", "float* y"), 1, 32, bufs[63])
-    assert SIM.queries == 2                           # the tail (the last check found work done), the front
+    assert GPU.queries == 2                           # the tail (the last check found work done), the front
 
 
 def test_memory_made_outside_the_pool_waits_for_its_stream_while_that_is_busy(fake):
@@ -700,7 +586,7 @@ def test_memory_made_outside_the_pool_waits_for_its_stream_while_that_is_busy(fa
     finally:
         ALLOC_STREAM.busy = False
     q.launch(A, 1, 32, y, x)
-    alloc = [op for op in SIM.log if op[0] == "wait_stream"]
+    alloc = [op for op in GPU.log if op[0] == "wait_stream"]
     assert alloc == [("wait_stream", q.streams[0].id, ALLOC_STREAM.id)]      # one stream, once
 
 
@@ -722,8 +608,8 @@ def test_a_graph_launch_without_reads_and_writes_is_a_barrier(fake):
 
     class G:
         def launch(self, s):
-            SIM.log.append(("launch", s.id, "graph"))
-            SIM.last[s.id] = "graph"
+            GPU.log.append(("launch", s.id, "graph"))
+            GPU.last[s.id] = "graph"
     q.launch_graph(G())                                     # stream 2
     q.launch(FakeKernel("after", "float* y"), 1, 32, bufs[2])  # stream 0
     assert waits(q) == [(2, "k0"), (2, "k1"), (0, "graph")]
@@ -744,7 +630,7 @@ def test_an_asynchronous_fault_names_the_earliest_unfinished_kernel(fake):
     x, y, u, v = buffers(4)
     q.launch(A, 1, 32, y, x)
     q.launch(FakeKernel("bad", "float* u"), 1, 32, u)
-    SIM.fault = cd.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered",
+    GPU.fault = cd.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered",
                              "cuStreamSynchronize")
     with pytest.raises(cd.CudaError, match=r"earliest submission not seen complete is kernel 'A' \(#\d+") as e:
         q.synchronize()
@@ -760,7 +646,7 @@ def test_a_fault_found_right_after_the_faulting_launch_names_that_kernel(fake):
     class Faulting(FakeKernel):
         def launch(self, *a, **kw):
             super().launch(*a, **kw)
-            SIM.fault = cd.CudaError(719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure", "cuEventRecord")
+            GPU.fault = cd.CudaError(719, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure", "cuEventRecord")
     with pytest.raises(cd.CudaError, match="earliest submission not seen complete is kernel 'trap'"):
         q.launch(Faulting("trap", "float* y, const float* x"), 1, 32, y, x)
 
@@ -787,12 +673,12 @@ def test_capture_forks_to_the_pool_joins_back_and_holds_the_arguments(fake):
         with pytest.raises(cd.CaptureError, match="synchronize"):
             q.synchronize()
     ids = [s.id for s in q.streams]
-    ops = [op for op in SIM.log if op[0] in ("begin_capture", "end_capture", "wait", "launch")]
+    ops = [op for op in GPU.log if op[0] in ("begin_capture", "end_capture", "wait", "launch")]
     assert ops[0] == ("begin_capture", ids[0]) and ops[-1] == ("end_capture", ids[0])
     assert ("wait", ids[1], None) in ops                     # stream 1 joined from the fork point
     assert ops[-2] == ("wait", ids[0], "C")                  # and joined back before the end
     assert g.exited and all(b in g.held for b in (x, y, u, v, w))
-    assert not any(op[0] == "wait_stream" for op in SIM.log)  # nothing outside the capture is waited for
+    assert not any(op[0] == "wait_stream" for op in GPU.log)  # nothing outside the capture is waited for
     q.launch(B, 1, 32, u, y)                                 # eager again: the capture left no state
     assert "capturing" not in repr(q)
 
@@ -845,7 +731,7 @@ def test_ranges_of_finished_work_are_dropped_while_the_gpu_keeps_up(fake):
     assert q.stats()["tracked_ranges"] < 100        # not kept until a thousand ranges pile up
     q._tracker_dump()                               # raises StateError if the index by start is out of step
     r = FakeKernel("r", "const float* x")
-    SIM.log.clear()
+    GPU.log.clear()
     w = q.launch(k, 1, 32, bufs[5])                 # tracked again after its range was dropped
     q.launch(r, 1, 32, bufs[5][0:32])               # a view of it, on the other stream: waits
     q.launch(r, 1, 32, bufs[5])                     # the whole buffer, exact hit: waits too
@@ -1374,7 +1260,7 @@ def test_a_launch_with_a_malformed_array_interface_is_refused_before_anything_is
     with pytest.raises(cd.ArgumentValueError, match=r"Queue.launch of kernel 'A', argument #0: _Cai: its "
                                                     r"__cuda_array_interface__ strides \(16,\) gives 1 stride"):
         q.launch(A, 1, 32, bad, buffers(1)[0])
-    assert SIM.log == [] and q.submissions == 0
+    assert GPU.log == [] and q.submissions == 0
     q.launch(A, 1, 32, np.zeros(4), buffers(1)[0])        # no array interface at all: the launch judges it
     assert q.submissions == 1
 
@@ -1478,8 +1364,7 @@ def test_config_flags_queue_variables_it_would_not_use():
                           st.integers(-1, 2)),                                    # a stream's work done first
                 min_size=1, max_size=25))
 def test_the_compiled_tracker_keeps_what_the_reference_model_keeps(program):
-    global SIM
-    SIM = Sim()
+    GPU.reset()
     saved = qmod.Stream, qmod.Event, qmod.Buffer
     qmod.Stream, qmod.Event, qmod.Buffer = FakeStream, FakeEvent, FakeBuffer
     try:
@@ -1523,7 +1408,7 @@ def test_a_fault_behind_an_unfinished_fill_names_the_kernel_not_the_fill(fake):
     q.fill(x, 1.0)                                              # #1 not a kernel, not seen complete
     q.launch(FakeKernel("wild", "float* u"), 1, 32, u)          # #2 the kernel
     q.launch(A, 1, 32, y, x)                                    # #3
-    SIM.fault = cd.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered",
+    GPU.fault = cd.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered",
                              "cuStreamSynchronize")
     for _ in range(2):                                          # the same report at every sync point
         with pytest.raises(cd.CudaError) as e:
@@ -1544,8 +1429,8 @@ class FakePlan:
         self.workspace = workspace
 
     def __call__(self, a, b, out, stream=None):
-        SIM.log.append(("launch", stream.id, "plan"))
-        SIM.last[stream.id] = "plan"
+        GPU.log.append(("launch", stream.id, "plan"))
+        GPU.last[stream.id] = "plan"
 
     def __repr__(self):
         return "<FakePlan>"
@@ -1557,7 +1442,7 @@ def test_a_plan_execution_is_ordered_against_kernels_by_its_reads_and_writes(fak
     a, b, out, ws, z = buffers(5)
     plan = FakePlan(ws)
     for _ in range(2):                                     # twice in one queue, after a kernel each time
-        SIM.log.clear()
+        GPU.log.clear()
         q.launch(FakeKernel("make_a", "float* a"), 1, 32, a, stream=q.streams[0])
         sub = q.matmul(plan, a, b, out, stream=q.streams[1], timed=True)
         assert waits(q) == [(1, "make_a")]                 # reads a: after its writer
@@ -1660,33 +1545,21 @@ def test_a_fault_behind_an_upload_names_the_kernel_not_the_upload():
 
 # --- Queue.launch's own argument handling (a METH_FASTCALL method: no Python wrapper) ---------------
 
-class RecordingKernel(FakeKernel):
-    """A FakeKernel that keeps what each launch was called with."""
-
-    def __init__(self, name, signature=None):
-        super().__init__(name, signature)
-        self.calls = []
-
-    def launch(self, grid, block, *args, stream=None, **kw):
-        self.calls.append((grid, block, args, kw))
-        super().launch(grid, block, *args, stream=stream, **kw)
-
-
 def test_queue_launch_without_fn_grid_and_block_is_an_argument_type_error_naming_the_call(fake):
     q = cd.Queue(streams=2)
     for args in [(), (A,), (A, 1)]:
         with pytest.raises(TypeError, match=r"launch\(\) takes at least 3 positional arguments"):
             q.launch(*args)
-    assert SIM.log == []
+    assert GPU.log == []
 
 
 def test_queue_launch_takes_fn_grid_and_block_by_keyword_and_refuses_one_twice(fake):
     q = cd.Queue(streams=2)
     x, y = buffers(2)
-    k = RecordingKernel("kw", "float* y, const float* x")
+    k = FakeKernel("kw", "float* y, const float* x", record=True)
     q.launch(fn=k, grid=2, block=64)
     q.launch(k, block=32, grid=(1, 2))
-    assert [(g, b) for g, b, _, _ in k.calls] == [(2, 64), ((1, 2), 32)]
+    assert [(g, b) for g, b, *_ in k.calls] == [(2, 64), ((1, 2), 32)]
     with pytest.raises(TypeError, match="multiple values for keyword argument 'grid'"):
         q.launch(k, 1, 32, y, x, grid=4)
     assert len(k.calls) == 2
@@ -1695,10 +1568,10 @@ def test_queue_launch_takes_fn_grid_and_block_by_keyword_and_refuses_one_twice(f
 def test_queue_launch_passes_its_arguments_in_order_and_other_keywords_to_the_kernel(fake):
     q = cd.Queue(streams=2)
     x, y, z = buffers(3)
-    k = RecordingKernel("fw", "float* y, const float* x, int n")
+    k = FakeKernel("fw", "float* y, const float* x, int n", record=True)
     for _ in range(2):            # twice: nothing kept from the first call leaks into the second
         q.launch(k, 3, 128, y, x, 7, shared_mem_bytes=256, cooperative=False, reads=[z], stream=q.streams[1])
-    assert k.calls == [(3, 128, (y, x, 7), {"shared_mem_bytes": 256, "cooperative": False})] * 2
+    assert [(g, b, a, kw) for g, b, a, _, kw in k.calls] == [(3, 128, (y, x, 7), {"shared_mem_bytes": 256, "cooperative": False})] * 2
     assert lane_of(q, "fw") == 1
     assert waits(q) == []
     q.launch(k, 1, 32, z, x, 1, stream=q.streams[0])   # z was read (reads=): writing it waits for the reader

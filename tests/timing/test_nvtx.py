@@ -13,6 +13,8 @@ import pycudadrv
 from pycudadrv import nvtx
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LibraryUnavailableError
 
+from _fakes import FakeEvent, FakeStream
+
 
 def same_package_env(**extra):
     """The environment for a child interpreter that imports this very pycudadrv (the one under
@@ -231,20 +233,11 @@ def test_the_environment_switch_turns_ranges_on_at_import_where_a_backend_exists
 
 # --- where pycudadrv opens ranges ----------------------------------------------------------------
 
-class _FakeEvent:
-    def record(self, stream):
-        return self
-
-
-class _FakeStream:
-    device = None
-
-
 def test_timestamps_passes_are_ranges_while_on_and_cost_no_call_while_off(recorder, monkeypatch):
     from pycudadrv import timestamps
 
-    ts = timestamps.Timestamps(_FakeStream())
-    monkeypatch.setattr(ts, "_new_event", _FakeEvent)
+    ts = timestamps.Timestamps(FakeStream())
+    monkeypatch.setattr(ts, "_new_event", FakeEvent)
     with ts.measure("off"):
         pass
     assert recorder.calls == []
@@ -258,8 +251,8 @@ def test_timestamps_passes_are_ranges_while_on_and_cost_no_call_while_off(record
 def test_a_pass_opened_while_off_pops_nothing_when_nvtx_is_turned_on_inside_it(recorder, monkeypatch):
     from pycudadrv import timestamps
 
-    ts = timestamps.Timestamps(_FakeStream())
-    monkeypatch.setattr(ts, "_new_event", _FakeEvent)
+    ts = timestamps.Timestamps(FakeStream())
+    monkeypatch.setattr(ts, "_new_event", FakeEvent)
     with ts.measure("outer"):
         nvtx.enabled = True
         with ts.measure("inner"):
@@ -281,8 +274,8 @@ def test_a_pass_follows_every_way_nvtx_enabled_changes(recorder, monkeypatch):
     monkeypatch's setattr and its undo, and a delattr all reach it."""
     from pycudadrv import timestamps
 
-    ts = timestamps.Timestamps(_FakeStream())
-    monkeypatch.setattr(ts, "_new_event", _FakeEvent)
+    ts = timestamps.Timestamps(FakeStream())
+    monkeypatch.setattr(ts, "_new_event", FakeEvent)
     assert not _pass_pushes(ts, "a")
     assert nvtx.enable() == "recorder"                # the backend set already is kept
     assert _pass_pushes(ts, "b") and _pass_pushes(ts, "b")

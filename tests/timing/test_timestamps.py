@@ -9,61 +9,18 @@ import pytest
 import pycudadrv as cd
 import pycudadrv.timestamps as tsmod
 
-
-class Clock:
-    def __init__(self):
-        self.recorded = 0      # events recorded so far (the tick of the latest)
-        self.completed = 0     # the GPU has finished everything up to this tick
-        self.syncs = 0         # blocking waits (cuEventSynchronize)
-        self.created = 0
-
-
-CLOCK = Clock()
-
-
-class TickEvent:
-    def __init__(self, timing=True, device=None):
-        CLOCK.created += 1
-        self.tick = None
-
-    def record(self, stream):
-        if getattr(stream, "closed", False):
-            raise cd.ClosedError("stream is closed")     # as Event.record on a closed Stream
-        CLOCK.recorded += 1
-        self.tick = CLOCK.recorded
-        return self
-
-    def query(self):
-        return self.tick <= CLOCK.completed
-
-    def synchronize(self):
-        CLOCK.syncs += 1
-        CLOCK.completed = max(CLOCK.completed, self.tick)
-
-    @staticmethod
-    def elapsed_ms(start, end):
-        assert end.query(), "elapsed time asked of an event the GPU has not reached"
-        return float(end.tick - start.tick)
-
-    @staticmethod
-    def elapsed_ms_pairs(starts, ends):
-        return [TickEvent.elapsed_ms(a, b) for a, b in zip(starts, ends)]
-
-
-class FakeStream:
-    device = None
+from _fakes import GPU, FakeEvent, FakeStream
 
 
 @pytest.fixture
 def ts(monkeypatch):
-    global CLOCK
-    CLOCK = Clock()
-    monkeypatch.setattr(tsmod, "Event", TickEvent)
+    GPU.reset()
+    monkeypatch.setattr(tsmod, "Event", FakeEvent)
     return cd.Timestamps(FakeStream())
 
 
 def gpu_catches_up():
-    CLOCK.completed = CLOCK.recorded
+    GPU.catch_up()
 
 
 # --- semantics (CPU) ----------------------------------------------------------------------------
@@ -72,12 +29,12 @@ def test_try_take_is_none_until_the_gpu_finishes_then_gives_labels_in_order(ts):
     with ts.measure("a"):
         pass
     with ts.measure("b"):
-        CLOCK.recorded += 2                      # two ticks of work inside b
+        GPU.recorded += 2                      # two ticks of work inside b
     assert ts.try_take() is None
     gpu_catches_up()
     assert ts.try_take() == [("a", 1.0), ("b", 3.0)]
     assert ts.try_take() == [] and ts.is_idle
-    assert CLOCK.syncs == 0
+    assert GPU.syncs == 0
 
 
 def test_a_steady_loop_takes_every_event_from_the_pool_and_keeps_the_open_stack_right(ts):
@@ -89,14 +46,14 @@ def test_a_steady_loop_takes_every_event_from_the_pool_and_keeps_the_open_stack_
         assert ts._open == []
         gpu_catches_up()
         assert [label for label, _ in ts.try_take()] == ["a", "b"]
-    made = CLOCK.created
+    made = GPU.created
     for _ in range(50):
         with ts.measure("a"):
             with ts.measure("b"):
                 pass
         gpu_catches_up()
         assert ts.try_take() == [("a", 3.0), ("b", 1.0)]
-    assert CLOCK.created == made                  # every event came back to the pool and out again
+    assert GPU.created == made                  # every event came back to the pool and out again
     with pytest.raises(ZeroDivisionError):
         with ts.measure("c"):
             1 / 0
@@ -105,7 +62,7 @@ def test_a_steady_loop_takes_every_event_from_the_pool_and_keeps_the_open_stack_
     with ts.measure("a"):
         with ts.measure("b"):
             pass
-    assert CLOCK.created == made
+    assert GPU.created == made
     gpu_catches_up()
     assert [label for label, _ in ts.read()] == ["a", "b"]
 
@@ -131,7 +88,7 @@ def test_try_take_never_blocks_and_reports_closed_inner_passes_while_the_outer_i
     assert ts.try_take() is None                 # the outer pass: asked for now, still running
     gpu_catches_up()
     assert ts.try_take() == [("frame", 3.0)]       # ticks 1 (start) to 4 (end)
-    assert CLOCK.syncs == 0
+    assert GPU.syncs == 0
 
 
 def test_nested_passes_come_back_in_order_of_their_start(ts):
@@ -150,7 +107,7 @@ def test_request_read_takes_what_is_closed_now_and_later_passes_wait_for_the_nex
     ts.request_read()
     with ts.measure("second"):
         pass
-    CLOCK.completed = 2                          # the GPU finished "first" only
+    GPU.completed = 2                          # the GPU finished "first" only
     assert ts.try_take() == [("first", 1.0)]
     assert ts.try_take() is None
     gpu_catches_up()
@@ -162,7 +119,7 @@ def test_a_steady_loop_gets_every_frame_once_while_the_gpu_lags_behind(ts):
     for frame in range(10):
         with ts.measure(f"f{frame}"):
             pass
-        CLOCK.completed = max(0, CLOCK.recorded - 4)     # the GPU is two frames behind
+        GPU.completed = max(0, GPU.recorded - 4)     # the GPU is two frames behind
         r = ts.try_take()
         if r:
             got += r
@@ -184,7 +141,7 @@ def test_try_take_once_a_frame_returns_the_frame_before_with_two_frames_of_event
         gpu_catches_up()                                  # the GPU finishes a frame after its call
     assert got[0] is None
     assert [[label for label, _ in r] for r in got[1:]] == [[f"f{f}.{k}" for k in range(4)] for f in range(9)]
-    assert CLOCK.created == 2 * 4 * 2
+    assert GPU.created == 2 * 4 * 2
 
 
 def test_taken_events_are_handed_out_again_in_the_order_they_were_recorded(ts):
@@ -205,7 +162,7 @@ def test_read_blocking_false_raises_not_ready_and_keeps_the_request(ts):
         pass
     with pytest.raises(cd.NotReadyError, match="1 pass"):
         ts.read(blocking=False)
-    assert CLOCK.syncs == 0
+    assert GPU.syncs == 0
     gpu_catches_up()
     assert ts.try_take() == [("a", 1.0)]
 
@@ -354,7 +311,7 @@ def test_changing_the_stream_before_every_pass_notes_each_event_once(monkeypatch
 def test_read_waits_for_the_gpu_by_default(ts):
     with ts.measure("a"):
         pass
-    assert ts.read() == [("a", 1.0)] and CLOCK.syncs == 1
+    assert ts.read() == [("a", 1.0)] and GPU.syncs == 1
     assert ts.wait_read() == [] and ts.is_idle
 
 
@@ -389,11 +346,11 @@ def test_a_pass_whose_end_cannot_be_recorded_is_closed_without_a_result(ts):
         pass
     gpu_catches_up()
     assert [label for label, _ in ts.read()] == ["kept", "after"]
-    made = CLOCK.created
+    made = GPU.created
     for _ in range(4):                          # 8 events: every one made so far (the dropped passes'
         with ts.measure("x"):                   # too, back in the pool) and 3 new
             pass
-    assert CLOCK.created == made + 3 == 8
+    assert GPU.created == made + 3 == 8
     ts.reset()
 
 
@@ -406,7 +363,7 @@ def test_a_pass_whose_end_event_cannot_be_made_is_closed_without_a_result(ts, mo
         with ts.measure("outer"):
             monkeypatch.setattr(tsmod, "Event", refuse)
     assert ts._open == []
-    monkeypatch.setattr(tsmod, "Event", TickEvent)
+    monkeypatch.setattr(tsmod, "Event", FakeEvent)
     with ts.measure("after"):
         pass
     gpu_catches_up()
@@ -419,13 +376,13 @@ def test_reset_drops_everything_and_events_are_reused(ts):
             pass
     ts.reset()
     assert ts.is_idle and ts.read() == []
-    made = CLOCK.created
+    made = GPU.created
     for _ in range(100):
         with ts.measure("step"):
             pass
         gpu_catches_up()
         assert len(ts.try_take()) == 1
-    assert CLOCK.created == made                 # a steady loop creates no events
+    assert GPU.created == made                 # a steady loop creates no events
     assert ts.measure("step") is ts.measure("step")
 
 
@@ -561,7 +518,7 @@ def test_leaving_a_pass_that_is_not_open_raises_and_changes_nothing(ts, how):
             with ts.measure("inner"):
                 with ts.measure("innermost"):
                     pass
-    CLOCK.completed = CLOCK.recorded
+    GPU.completed = GPU.recorded
     assert len(ts.read()) == 9
     p = ts.measure("p")
     if how == "twice":
@@ -572,18 +529,18 @@ def test_leaving_a_pass_that_is_not_open_raises_and_changes_nothing(ts, how):
         with p:
             pass
         ts.measure("q").__exit__(None, None, None)
-    recorded = CLOCK.recorded
+    recorded = GPU.recorded
     with pytest.raises(cd.StateError, match="not open"):
         p.__exit__(None, None, None)
-    assert CLOCK.recorded == recorded         # no event recorded
+    assert GPU.recorded == recorded         # no event recorded
     assert ts._open == []
-    CLOCK.completed = CLOCK.recorded
+    GPU.completed = GPU.recorded
     got = ts.read()
     assert [label for label, _ in got] == {"twice": ["p"], "never entered": [], "one more than opened": ["q", "p"]}[how]
     assert all(ms > 0 for _, ms in got)
     with ts.measure("after"):
         pass
-    CLOCK.completed = CLOCK.recorded
+    GPU.completed = GPU.recorded
     assert ts.read() == [("after", 1.0)] and ts.is_idle
 
 
@@ -657,7 +614,7 @@ def test_a_pass_enter_and_exit_are_made_once_and_refuse_wrong_arguments(ts):
     for args, kw in (((None,), {}), ((None, None, None, None), {}), ((None, None, None), {"tb": None})):
         with pytest.raises(cd.ArgumentTypeError, match=r"__exit__\(exc_type, exc, tb\) takes 3 positional"):
             p.__exit__(*args, **kw)
-    assert CLOCK.recorded == 0 and ts.is_idle          # nothing was recorded
+    assert GPU.recorded == 0 and ts.is_idle          # nothing was recorded
     assert p.__enter__() is ts and ts._open[0][0] == "a"
     assert p.__exit__(None, None, None) is False and ts._open == []
     gpu_catches_up()
