@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 #: The compiled modules, in layering order (tests/package/test_layout.py checks the imports).
 MODULES = ["_driver", "_device", "_stream", "_event", "_channel", "_waiter", "_ordering", "_host", "_alloc", "_dlpack", "_memory", "_interop", "_marshal", "_kernel", "_launch", "_prepared", "_tritonlaunch", "_module",
-           "_graph", "_sequence", "_loops", "_timing", "_builder", "_hazards", "_tracker", "_queue", "_cudnn"]
+           "_graph", "_sequence", "_loops", "_timing", "_builder", "_lanes", "_tracker", "_queue", "_cudnn"]
 
 #: Modules that start native threads (pthreads; libpthread is linked, as glibc < 2.34 needs).
 THREADED = {"_channel", "_waiter"}

@@ -61,7 +61,7 @@ SECTIONS = [
     ("Timing (pycudadrv.timestamps, pycudadrv.bench)", "pycudadrv.timestamps", None),
     (None, "pycudadrv.bench", None),
     ("Self-ordering queue (pycudadrv.queue)", "pycudadrv.queue", None),
-    (None, "pycudadrv._hazards", ["Submission"]),
+    (None, "pycudadrv._lanes", ["Submission"]),
     ("Awaitable launches (pycudadrv.aio)", "pycudadrv.aio", None),
     ("cuDNN (pycudadrv.cudnn)", "pycudadrv.cudnn", None),
     ("MPI (pycudadrv.mpi)", "pycudadrv.mpi", None),

@@ -1,6 +1,6 @@
 from libc.stdint cimport uint64_t
 from cpython.object cimport PyObject
-from pycudadrv._hazards cimport Submission, _Lane, LaneMode, DepList, _AllocStream, _EventPool, RetireClock
+from pycudadrv._lanes cimport Submission, _Lane, LaneMode, DepList, _AllocStream, _EventPool, RetireClock
 from pycudadrv._tracker cimport _Tracker, TrackHint
 
 # One byte range [lo, hi) touched by a submission (the Queue's scratch list of them).

@@ -4,7 +4,7 @@ from typing import Any, Callable
 from typing_extensions import disjoint_base
 
 from pycudadrv._errors import CudaError
-from pycudadrv._hazards import Submission
+from pycudadrv._lanes import Submission
 from pycudadrv._stream import Stream
 
 __all__ = ['QueueCore', 'ASYNC_ERROR_CODES']

@@ -3,7 +3,7 @@
 class, built on :class:`QueueCore`): the access list of each submission, the
 stream choice, the ``cuStreamWaitEvent`` of each hazard, one pooled event
 recorded per submission and the :class:`Submission` handle -- the one Python
-object a submission makes (the bookkeeping itself is pycudadrv._hazards').
+object a submission makes (what ran where is kept by pycudadrv._lanes).
 
 The queue works with the Stream, Event and Buffer types its module names at
 creation (pycudadrv's own; the CPU tests put pretend ones there): pycudadrv's
@@ -16,17 +16,17 @@ from cpython.object cimport PyObject
 from cpython.pythread cimport PyThread_get_thread_ident
 from pycudadrv._event cimport Event
 from pycudadrv._memory cimport Buffer
-from pycudadrv._launch cimport Function, vec_tuple, flag_arg
+from pycudadrv._launch cimport Function, launch_items, vec_tuple, flag_arg
 from pycudadrv._prepared cimport PreparedLaunch
-from pycudadrv._marshal cimport ParamLayout
+from pycudadrv._marshal cimport ParamLayout, POINTER
 from pycudadrv._stream cimport Stream
 from pycudadrv._tracker cimport _Tracker
-from pycudadrv._hazards cimport (Submission, _Lane, _AllocStream, _EventPool, pool_push, pool_pop,
-                                 K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL, want_serial, known_done,
-                                 new_lane, in_flight, pending_of, retire_to, seen, set_seen,
-                                 alloc_ordered, set_alloc_ordered, call_launch, param_modes, wait_event, record_event,
-                                 stream_idle, wait_stream, stream_closed,
-                                 RETIRE_EVERY, retire_every, let_go)
+from pycudadrv._lanes cimport (Submission, _Lane, _AllocStream, _EventPool, pool_push, pool_pop,
+                               K_LAUNCH, K_PREPARED, K_OTHER, K_OTHER_KERNEL, want_serial, known_done,
+                               new_lane, in_flight, pending_of, retire_to, seen, set_seen,
+                               alloc_ordered, set_alloc_ordered, wait_event, record_event,
+                               stream_idle, wait_stream, stream_closed,
+                               RETIRE_EVERY, retire_every, let_go)
 
 cdef extern from *:
     PyObject** _list_items "PySequence_Fast_ITEMS"(object seq)     # a list's or tuple's items (borrowed)
@@ -34,7 +34,7 @@ cdef extern from *:
 
 import numpy as np
 from pycudadrv._errors import ArgumentTypeError, CaptureError, ClosedError, CudaError, StateError
-from pycudadrv._hazards import fault_error, not_made
+from pycudadrv._lanes import fault_error, not_made
 from pycudadrv._interop import span as _span
 
 __all__ = ["QueueCore", "ASYNC_ERROR_CODES"]
@@ -45,6 +45,32 @@ cdef enum:
 # Sticky errors of a kernel that already ran: the next driver call reports them, whatever it is.
 ASYNC_ERROR_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719})
 _SCALARS = (int, float, bool, complex, np.generic, bytes, bytearray, memoryview, type(None), str)
+
+
+# -- the queue's launch -------------------------------------------------------------------------
+
+cdef object param_modes(object params):
+    """Per parameter a byte: 2 written (``T*``, or constness unknown), 1 read (``const T*``), 0 not a
+    pointer; None for an unknown layout (None)."""
+    if params is None:
+        return None
+    return bytes([(1 if p.const is True else 2) if p.kind == POINTER else 0 for p in params])
+
+
+cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_ssize_t n, object s, dict kw,
+                     dict lane_kw) except -1:
+    """``fn.launch(grid, block, *items[0:n], stream=s, **kw)``: for a Function and no other keyword, the
+    C entry of Function.launch over the caller's array (no argument tuple, no keyword dict)."""
+    if type(fn) is Function and not kw:
+        launch_items(<Function>fn, grid, block, items, n, 0, s, None)
+        return 0
+    if kw:
+        kw = dict(kw)
+        kw["stream"] = s
+    else:
+        kw = lane_kw
+    fn.launch(grid, block, *vec_tuple(items, n), **kw)
+    return 0
 
 
 # -- the queue's core ---------------------------------------------------------------------------
@@ -716,7 +742,7 @@ cdef class QueueCore:
         return pending_of(self._lanes)
 
     def _async_error(self, err, where, current=None):
-        """A CudaError like ``err`` naming the kernel that most likely faulted (pycudadrv._hazards.fault_error);
+        """A CudaError like ``err`` naming the kernel that most likely faulted (pycudadrv._lanes.fault_error);
         ``current`` is a submission being issued."""
         pending = self._pending()
         if current is not None:

@@ -1,5 +1,5 @@
 from libc.stdint cimport uint64_t
-from pycudadrv._hazards cimport Submission, DepList
+from pycudadrv._lanes cimport Submission, DepList
 
 # What collect found for one access, handed to commit of the same access (the one submission's
 # collect-then-commit): the segment of an exact hit (borrowed; valid while `removals` is unchanged:

@@ -3,13 +3,13 @@
 memory, the last writer and, per lane, the latest reader since (a sorted list
 of disjoint segments, the C twin of tests/queue_model.py's RangeTracker, its
 reference model). What an access must wait for goes to
-pycudadrv._hazards.add_dep."""
+pycudadrv._lanes.add_dep."""
 cimport cython
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport calloc, free
 from libc.string cimport memmove
 from cpython.object cimport PyObject
-from pycudadrv._hazards cimport Submission, _Lane, DepList, add_dep
+from pycudadrv._lanes cimport Submission, _Lane, DepList, add_dep
 from pycudadrv._tracker cimport TrackHint
 
 from pycudadrv._errors import StateError

@@ -22,7 +22,7 @@ import numpy as np
 from pycudadrv._env import env_word, env_int
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, StateError
 from pycudadrv._memory import Buffer, _byte_arg, _host_array
-from pycudadrv._hazards import Submission
+from pycudadrv._lanes import Submission
 from pycudadrv._queue import ASYNC_ERROR_CODES, QueueCore
 from pycudadrv._interop import span as _span
 from pycudadrv.dispatch import Dispatch

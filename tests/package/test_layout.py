@@ -22,7 +22,7 @@ LAYERS = [
     "_kernel",
     "_launch", "_prepared", "_tritonlaunch", "_module", "_graph", "_sequence", "_loops",
     # the Python layer
-    "_compile_cache", "_includes", "nvtx", "_timing", "_linklibs", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "aio", "_hazards", "_tracker", "_queue",
+    "_compile_cache", "_includes", "nvtx", "_timing", "_linklibs", "nvrtc", "link", "timestamps", "dispatch", "bench", "profile", "aio", "_lanes", "_tracker", "_queue",
     "queue", "_builder",
     "heat", "_cudnn", "cudnn", "_mpi_setup", "mpi", "triton", "config", "__main__", "__init__",
 ]

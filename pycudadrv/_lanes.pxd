@@ -121,11 +121,6 @@ cdef bint event_done(object ev) except -1                   # cuEventQuery (Capt
 cdef bint stream_idle(object st) except -1                  # cuStreamQuery
 cdef int wait_stream(object s, object st) except -1         # s waits for the work queued on st so far
 cdef bint stream_closed(object st) except -1
-# Per parameter of a layout (a list of parameters, or None: unknown) the access byte: 2 written, 1 read, 0 not a pointer.
-cdef object param_modes(object params)
-# fn.launch(grid, block, *items[0:n], stream=s, **kw), through Function.launch's C entry where it can.
-cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_ssize_t n, object s, dict kw,
-                     dict lane_kw) except -1
 
 # When a Queue next checks which submissions completed: `every` submissions after the last check (`base`,
 # RETIRE_EVERY per stream asked up to `pool` streams, after a check that found work done and work running;

@@ -1,11 +1,13 @@
 # cython: language_level=3
-"""The hazard bookkeeping of :class:`pycudadrv.Queue` (its core is
-pycudadrv._queue, its range tracker pycudadrv._tracker): the
-:class:`Submission` handle, the lanes (a stream the queue issues on, with its
-work in flight and what it already waited for), the allocation streams outside
-the pool, and the driver calls a submission makes, in C for pycudadrv's own
-Streams and Events and through their Python methods for anything else (the CPU
-tests' pretend GPU)."""
+"""What ran where, for :class:`pycudadrv.Queue` (the queue itself is
+pycudadrv._queue; which bytes each submission touched, pycudadrv._tracker):
+the :class:`Submission` handle, the lanes (a stream the queue issues on, with
+its work in flight and, per mode, eager or capture, what it already waited
+for), the event pool, the allocation streams outside the pool, the completion
+check (which submissions are seen done, and when to ask next), the fault
+report naming the kernel that most likely faulted, and the event and stream
+calls all of these make, in C for pycudadrv's own Streams and Events and
+through their Python methods for anything else (the CPU tests' pretend GPU)."""
 cimport cython
 from libc.stdint cimport uint64_t
 from libc.stdlib cimport realloc, free
@@ -14,8 +16,7 @@ from pycudadrv._cuda cimport *
 from pycudadrv._driver cimport driver, check
 from pycudadrv._stream cimport Stream, captures_active, order_after
 from pycudadrv._event cimport Event, query_now
-from pycudadrv._launch cimport Function, launch_items, vec_tuple, flag_arg
-from pycudadrv._marshal cimport POINTER
+from pycudadrv._launch cimport Function
 from cpython.ref cimport PyObject
 
 from pycudadrv._errors import ArgumentTypeError, CaptureError, CudaError, StateError
@@ -482,22 +483,6 @@ cdef bint stream_closed(object st) except -1:
     return bool(st.closed)
 
 
-cdef int call_launch(object fn, object grid, object block, PyObject** items, Py_ssize_t n, object s, dict kw,
-                     dict lane_kw) except -1:
-    """``fn.launch(grid, block, *items[0:n], stream=s, **kw)``: for a Function and no other keyword, the
-    C entry of Function.launch over the caller's array (no argument tuple, no keyword dict)."""
-    if type(fn) is Function and not kw:
-        launch_items(<Function>fn, grid, block, items, n, 0, s, None)
-        return 0
-    if kw:
-        kw = dict(kw)
-        kw["stream"] = s
-    else:
-        kw = lane_kw
-    fn.launch(grid, block, *vec_tuple(items, n), **kw)
-    return 0
-
-
 cdef int retire_every(list lanes, _EventPool events, RetireClock* clock) except -1:
     """The periodic completion check of a Queue: retire what completed on every stream with work in flight
     (:func:`retire_fronts`), then set ``clock.every``, the submissions until the next check. The base is
@@ -544,14 +529,6 @@ cdef int let_go(list lanes) except -1:
         lane.head = 0
         lane.eager.tail = lane.capture.tail = lane.dep = None
     return 0
-
-
-cdef object param_modes(object params):
-    """Per parameter a byte: 2 written (``T*``, or constness unknown), 1 read (``const T*``), 0 not a
-    pointer; None for an unknown layout (None)."""
-    if params is None:
-        return None
-    return bytes([(1 if p.const is True else 2) if p.kind == POINTER else 0 for p in params])
 
 
 def fault_error(list pending, err, str where):
