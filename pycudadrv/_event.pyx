@@ -9,8 +9,8 @@ from pycudadrv._device cimport Device, as_device
 from pycudadrv._stream cimport (Stream, EventBase, resolve_stream, check_not_capturing, destroy_handle,
                                 DESTROY_EVENT, captures_active)
 
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, EventNotRecordedError
-from pycudadrv._textargs import _bool
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, EventNotRecordedError, short_repr
+from pycudadrv._textargs import yes_no
 
 __all__ = ["Event"]
 
@@ -31,7 +31,7 @@ cdef class Event(EventBase):
             raise ArgumentTypeError(f"Event takes keywords only: Event(timing=True, device=None), got "
                                     f"{len(args)} positional argument{'s' if len(args) > 1 else ''} "
                                     f"({args[0]!r:.40})")
-        timing = _bool(timing, "timing", "Event")
+        timing = yes_no(timing, "timing", "Event")
         cdef Device dev = as_device(device)
         cdef pycudadrv_driver_api* d = driver()
         dev.activate()
@@ -99,7 +99,7 @@ cdef class Event(EventBase):
             check(d.p_cuEventSynchronize(self._handle), "cuEventSynchronize")
 
     @staticmethod
-    def elapsed_ms(Event start not None, Event end not None, bint wait=True):
+    def elapsed_ms(start, end, wait=True):
         """Milliseconds between two recorded events (``cuEventElapsedTime``).
 
         With ``wait=True`` (default) blocks until ``end`` has completed; with
@@ -107,10 +107,18 @@ cdef class Event(EventBase):
 
         Raises
         ------
-        StateError
-            Either event was never recorded, or was created with ``timing=False``.
+        ArgumentTypeError
+            ``start`` or ``end`` is not an Event; ``wait`` is not True or False.
+        EventNotRecordedError
+            Either event was never recorded.
+        ArgumentValueError
+            Either event was created with ``timing=False``.
         """
+        wait = yes_no(wait, "wait", "Event.elapsed_ms")
         for name, ev in (("start", start), ("end", end)):
+            if not isinstance(ev, Event):
+                raise ArgumentTypeError(f"Event.elapsed_ms: {name} must be a pycudadrv Event (recorded on a stream), "
+                                        f"got {type(ev).__name__} {short_repr(ev)}")
             if (<Event>ev)._closed:
                 raise ClosedError(f"{name} event is closed")
             if not (<Event>ev)._recorded:
@@ -122,7 +130,7 @@ cdef class Event(EventBase):
         elif not end.query():
             return None
         cdef float ms = 0
-        check(driver().p_cuEventElapsedTime(&ms, start._handle, end._handle), "cuEventElapsedTime")
+        check(driver().p_cuEventElapsedTime(&ms, (<Event>start)._handle, (<Event>end)._handle), "cuEventElapsedTime")
         return ms
 
     @staticmethod

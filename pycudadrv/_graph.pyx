@@ -24,6 +24,7 @@ from pycudadrv._kernel cimport KernelBase
 import numpy as np
 import os
 import threading
+from pycudadrv._textargs import yes_no
 from pycudadrv._errors import (ArgumentIndexError, ArgumentTypeError, ArgumentValueError, GraphUpdateError,
                                StateError, CudaError, ClosedError)
 
@@ -147,7 +148,8 @@ cdef class CapturedGraph:
             raise ArgumentTypeError(f"stream.capture(): mode must be a str, got {type(mode).__name__}")
         self._stream = stream
         self.mode = mode
-        self.pdl = bool(kwargs.get("pdl", False))
+        self.pdl = yes_no(kwargs.get("pdl", False), "pdl", "stream.loop()" if "times" in kwargs or "until" in kwargs
+                         else "stream.capture()")
         self._graph = NULL
         self._exec = NULL
         self._closed = False
@@ -417,9 +419,10 @@ cdef class CapturedGraph:
         args[arg] = value
         self.set_kernel_args(index, *args)
 
-    def debug_dot(self, path, bint verbose=True):
+    def debug_dot(self, path, verbose=True):
         """Write the driver's DOT description of the graph to ``path``
         (``cuGraphDebugDotPrint``); returns the path."""
+        verbose = yes_no(verbose, "verbose", "CapturedGraph.debug_dot")
         if self._graph == NULL:
             raise StateError("no graph captured")
         cdef bytes p = os.fsencode(os.fspath(path))

@@ -16,6 +16,7 @@ from pycudadrv._dlpack cimport import_capsule
 import numpy as np
 from pycudadrv._dlpack import KDL_CUDA, KDL_CUDA_MANAGED
 from pycudadrv._env import foreign_sync_enabled
+from pycudadrv._textargs import yes_no
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, CudaError, short_repr
 
 __all__ = ["asbuffer", "data_pointer", "array_interface", "span"]
@@ -498,7 +499,7 @@ cdef Buffer cai_buffer(object obj, object cai, object device, bint strided, str 
     return buffer_over(a, a.ptr, nbytes, dt, shape, None)
 
 
-def data_pointer(obj, *, bint strided=False):
+def data_pointer(obj, *, strided=False):
     """The device address of ``obj`` (a Buffer or view, or any object with
     ``__cuda_array_interface__``) as an int, to pass explicitly where a kernel
     takes a pointer. Strided memory is refused unless ``strided=True``: the
@@ -507,6 +508,7 @@ def data_pointer(obj, *, bint strided=False):
     Raises ArgumentTypeError for other objects or (without ``strided``)
     non-contiguous ones, ArgumentValueError for a wrong __cuda_array_interface__ entry, ClosedError
     for a closed Buffer."""
+    strided = yes_no(strided, "strided", "data_pointer")
     if isinstance(obj, Buffer):
         (<Buffer>obj).ensure_open()
         return (<Buffer>obj)._ptr

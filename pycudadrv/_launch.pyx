@@ -31,6 +31,7 @@ from pycudadrv._marshal cimport (ParamLayout, ParamSpec, new_layout, pack_arg, m
 import numpy as np
 from pycudadrv import _signature
 from pycudadrv._interop import asbuffer
+from pycudadrv._textargs import yes_no
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, ArgumentIndexError, ClosedError,
                                NotSupportedError, StateError)
 
@@ -267,16 +268,11 @@ def _timed(Stream s, launch, *args, **kwargs):
 
 
 cdef bint flag_arg(object v, str name, str where) except -1:
-    """A yes/no keyword (``cooperative=``, ``programmatic_dependent=``, ``timed=``): True, False, a numpy
-    bool, or the ints 1 and 0. Anything else (a string such as "no", None, 2) raises ArgumentTypeError
-    naming it, instead of counting as its truth value."""
+    """A yes/no argument under pycudadrv._textargs.yes_no's rule (True, False, a numpy bool, 0, 1;
+    anything else an ArgumentTypeError naming it), with True and False answered here in C."""
     if v is True or v is False:
         return v is True
-    if type(v) is int and (v == 0 or v == 1):
-        return v == 1
-    if isinstance(v, np.bool_):
-        return bool(v)
-    raise ArgumentTypeError(f"{where}: {name} must be True or False, got {type(v).__name__} {v!r:.60}")
+    return yes_no(v, name, where)
 
 
 cdef unsigned int shared_mem_arg(object v, str where) except? 0xFFFFFFFF:

@@ -214,7 +214,7 @@ cdef class DeviceLoop(CapturedGraph):
     cdef CUgraphNode _cond_node
     cdef object _cond_fn
 
-    def __init__(self, Stream stream not None, str mode="thread_local", *, bint pdl=False, times=None,
+    def __init__(self, Stream stream not None, str mode="thread_local", *, pdl=False, times=None,
                  until=None, max_iterations=None):
         if (times is None) == (until is None):
             raise ArgumentValueError("stream.loop(): give exactly one of times=N or until=when(...)")

@@ -18,6 +18,7 @@ from pycudadrv._dlpack cimport export_capsule, check_export_request
 import math
 import numpy as np
 from pycudadrv._host import shape_and_nbytes
+from pycudadrv._textargs import yes_no
 from pycudadrv._ordering import alloc_trace
 from pycudadrv._dlpack import KDL_CUDA
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, short_repr)
@@ -171,7 +172,7 @@ cdef class Buffer:
         self._closed = False
 
     @staticmethod
-    def empty(shape, dtype=None, *, device=None, stream=None, bint async_alloc=True, usage=None):
+    def empty(shape, dtype=None, *, device=None, stream=None, async_alloc=True, usage=None):
         """Uninitialised device memory.
 
         ``shape`` is a byte count when ``dtype`` is None, else an element shape
@@ -192,6 +193,7 @@ cdef class Buffer:
             ``CUDA_ERROR_OUT_OF_MEMORY`` (a CudaError and a MemoryError; the
             message gives the bytes asked for and the bytes free).
         """
+        cdef bint from_pool = yes_no(async_alloc, "async_alloc", "Buffer.empty")
         shape, dt, nbytes = shape_and_nbytes(shape, dtype)
         cdef unsigned int bits = usage_bits(usage, "Buffer.empty")
         cdef Device dev = as_device(device)
@@ -199,24 +201,26 @@ cdef class Buffer:
         if s.device is not None and s.device.ordinal != dev.ordinal:
             raise ArgumentValueError(f"Buffer.empty: stream belongs to device {s.device.ordinal}, "
                                      f"not device {dev.ordinal}")
-        cdef Allocation a = allocate(nbytes, dev, s, async_alloc)
+        cdef Allocation a = allocate(nbytes, dev, s, from_pool)
         a.usage = bits
         return buffer_over(a, a.ptr, nbytes, dt, shape if dt is not None else None, None)
 
     @staticmethod
-    def zeros(shape, dtype=None, *, device=None, stream=None, bint async_alloc=True, usage=None):
+    def zeros(shape, dtype=None, *, device=None, stream=None, async_alloc=True, usage=None):
         """Like :meth:`empty`, then set to zero (``cuMemsetD8Async``)."""
+        async_alloc = yes_no(async_alloc, "async_alloc", "Buffer.zeros")
         b = Buffer.empty(shape, dtype, device=device, stream=stream, async_alloc=async_alloc, usage=usage)
         b.fill(0)
         return b
 
     @staticmethod
-    def from_numpy(array, *, device=None, stream=None, bint async_alloc=True, usage=None):
+    def from_numpy(array, *, device=None, stream=None, async_alloc=True, usage=None):
         """A new Buffer holding a copy of ``array`` (any buffer-protocol object;
         non-contiguous input is first copied to C order). Keeps its dtype and
         shape (``cuMemcpyHtoDAsync``; pageable source memory may be reused as
         soon as this returns); ``usage`` as in :meth:`empty`. Raises as
         :meth:`empty` and :meth:`write`."""
+        async_alloc = yes_no(async_alloc, "async_alloc", "Buffer.from_numpy")
         arr = np.ascontiguousarray(array)
         b = Buffer.empty(arr.shape, arr.dtype, device=device, stream=stream, async_alloc=async_alloc, usage=usage)
         b.write(arr)
@@ -350,7 +354,7 @@ cdef class Buffer:
         if pinned:
             keep_until_done(s, data)     # the DMA engine reads it later: never freed (or reused) before that
 
-    def read(self, out=None, offset=0, nbytes=None, stream=None, bint synchronize=True):
+    def read(self, out=None, offset=0, nbytes=None, stream=None, synchronize=True):
         """Copy ``nbytes`` (default: to the end) from byte ``offset`` to the
         host and wait for it (``cuMemcpyDtoHAsync`` + ``cuStreamSynchronize``).
 
@@ -365,6 +369,7 @@ cdef class Buffer:
         that is not an int (both count bytes), CaptureError for a synchronising
         read (or a pageable ``out``) during a capture. A pinned ``out`` of a
         read left running is kept alive until the copy has run."""
+        cdef bint wait = yes_no(synchronize, "synchronize", "Buffer.read")
         cdef size_t off = _byte_arg(offset, "offset", "Buffer.read")
         cdef size_t n
         self.ensure_open()
@@ -383,7 +388,7 @@ cdef class Buffer:
             return out
         cdef unsigned char[::1] view = dst.reshape(-1).view(np.uint8)
         cdef Stream s = resolve_stream(stream, self.device) if stream is not None else self._alloc.stream
-        if synchronize:
+        if wait:
             check_not_capturing(s, "copy device memory to the host (it synchronizes)")
         elif (s._capture is not None or forbidding_capture(s) is not None) and not is_pinned(&view[0]):
             check_not_capturing(s, "copy into pageable host memory (read into a pinned HostBuffer's array "
@@ -395,10 +400,10 @@ cdef class Buffer:
         self.device.activate()
         with nogil:
             check(d.p_cuMemcpyDtoHAsync(&view[0], self._ptr + off, n, s._handle), "cuMemcpyDtoHAsync")
-            if synchronize:
+            if wait:
                 check(d.p_cuStreamSynchronize(s._handle), "cuStreamSynchronize")
         s.mark_use()
-        if not synchronize and is_pinned(&view[0]):
+        if not wait and is_pinned(&view[0]):
             keep_until_done(s, out)      # written by the DMA engine later: never freed before that
         return out
 

@@ -420,7 +420,7 @@ cdef class Stream:
             Py_DECREF(callback)
             check(r, "cuLaunchHostFunc")
 
-    def capture(self, mode="thread_local", *, bint pdl=False):
+    def capture(self, mode="thread_local", *, pdl=False):
         """Capture the work launched on this stream into a CUDA graph.
 
         ``with stream.capture() as graph:`` records every launch and copy on the
@@ -436,7 +436,7 @@ cdef class Stream:
         from pycudadrv._graph import CapturedGraph
         return CapturedGraph(self, mode, pdl=pdl)
 
-    def loop(self, mode="thread_local", *, bint pdl=False, times=None, until=None, max_iterations=None):
+    def loop(self, mode="thread_local", *, pdl=False, times=None, until=None, max_iterations=None):
         """A device-side loop: ``with stream.loop(times=N) as loop:`` (or
         ``until=pycudadrv.when(buf, "<", tol), max_iterations=M``) captures the
         body once; ``loop.launch()`` then repeats it on the GPU through a

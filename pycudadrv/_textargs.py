@@ -25,11 +25,19 @@ def _encodable(s: str, what: str, who: str) -> None:
                                  "remove it (text read with errors='surrogateescape' makes these)") from None
 
 
-def _bool(v: Any, what: str, who: str) -> bool:
-    """``v`` as a bool when it is one (numpy's too); anything else, even a truthy "no", is an ArgumentTypeError."""
-    if isinstance(v, bool) or type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"):
+def yes_no(v: Any, what: str, who: str) -> bool:
+    """The one rule for every yes/no argument of pycudadrv (``async_alloc=``, ``synchronize=``,
+    ``wait=``, ``cooperative=``, ``pdl=``, ``timed=``, ...): True or False, a numpy bool, or the
+    ints 0 and 1. Anything else (a string such as "no", None, 2, an array) is an ArgumentTypeError
+    naming ``who``, the parameter and the value, never its truth value."""
+    if v is True or v is False:
+        return v
+    if type(v) is int and (v == 0 or v == 1):
+        return v == 1
+    if type(v).__module__ == "numpy" and type(v).__name__ in ("bool", "bool_"):
         return bool(v)
-    raise ArgumentTypeError(f"{who}: {what} must be True or False, got {v!r}")
+    raise ArgumentTypeError(f"{who}: {what} must be True or False (or a numpy bool, 0 or 1), got "
+                            f"{type(v).__name__} {short_repr(v)}")
 
 
 def _relocatable(opts: tuple[str, ...] | list[str]) -> bool:
@@ -97,4 +105,4 @@ def stream_arguments(args: tuple, kwargs: dict) -> tuple:
     except TypeError:
         raise ArgumentTypeError(f"Stream: priority must be an int (lower numbers are higher priority, 0 is the "
                                 f"default), got {type(priority).__name__} {short_repr(priority)}") from None
-    return device, _bool(nonblocking, "nonblocking", "Stream"), priority
+    return device, yes_no(nonblocking, "nonblocking", "Stream"), priority

@@ -17,7 +17,7 @@ from pycudadrv._stream cimport Stream
 from pycudadrv._event cimport Event
 
 from pycudadrv import nvtx
-from pycudadrv._errors import ArgumentTypeError, StateError
+from pycudadrv._errors import ArgumentTypeError, StateError, short_repr
 
 __all__ = ["TimestampsBase", "Pass", "PASS_CACHE_LIMIT"]
 
@@ -114,6 +114,9 @@ cdef class TimestampsBase:
     @stream.setter
     def stream(self, value):
         cdef list entry
+        if not isinstance(value, Stream) and not hasattr(value, "device"):    # what its events need
+            raise ArgumentTypeError(f"Timestamps: stream must be a pycudadrv Stream, got "
+                                    f"{type(value).__name__} {short_repr(value)}")
         # The last end recorded no longer finishes after every event recorded so far: those of the passes
         # not taken yet (open ones' starts too) are noted once each, and a request waits for those of its
         # passes until seen complete (timestamps.py _ready).

@@ -38,12 +38,9 @@ Works under asyncio and anyio's asyncio backend; trio has no asyncio loop and is
 from __future__ import annotations
 
 import itertools
-import math
 import os
-import time
 import weakref
 
-import numpy as np
 
 from pycudadrv._device import Device, get_current_device
 from pycudadrv._env import env_word
@@ -51,6 +48,7 @@ from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureErro
 from pycudadrv._event import Event
 from pycudadrv._prepared import PreparedLaunch
 from pycudadrv._stream import Stream
+from pycudadrv._textargs import yes_no
 from pycudadrv._uninit import initialised, missing
 from pycudadrv import _waiter
 
@@ -492,7 +490,10 @@ def launch(fn, grid, block, *args, stream=None, lazy=False, **launch_kw) -> GpuF
     nothing happens until the future's first ``await`` (or ``.submit()``,
     ``.result()``), which picks the stream and launches, once; every error of
     that (a bad ``fn`` or argument, the policy's, the driver's) is raised by
-    the ``await`` instead of this call. The future holds ``args`` from now."""
+    the ``await`` instead of this call. The future holds ``args`` from now.
+    ``lazy`` that is not True or False is an ArgumentTypeError, raised here."""
+    lazy = yes_no(lazy, "lazy", "aio.launch")
+
     def run():
         if not callable(getattr(fn, "launch", None)) or not isinstance(getattr(fn, "device", None), Device):
             raise ArgumentTypeError(f"aio.launch takes a Function (module.function(name)) and its arguments, got "
@@ -512,6 +513,8 @@ def submit(prepared, *, stream=None, lazy=False) -> GpuFuture:
     Raises ArgumentTypeError for anything but a PreparedLaunch (a Function
     goes to :func:`launch` with its arguments, or is bound first:
     ``fn.bind(grid, block, *args)``), and what the launch raises."""
+    lazy = yes_no(lazy, "lazy", "aio.submit")
+
     def run():
         if not isinstance(prepared, PreparedLaunch):
             hint = " (a Function: aio.launch(fn, grid, block, *args), or fn.bind(...) first)" \

@@ -44,6 +44,7 @@ import numpy as np
 from pycudadrv import _cudnn
 from pycudadrv._cudnn import MatmulPlan
 from pycudadrv._env import debug_log, env_flag
+from pycudadrv._textargs import yes_no
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudnnError, CudnnUnavailableError,
                                NotSupportedError)
 
@@ -503,9 +504,8 @@ def matmul_plan(a_shape: Any, b_shape: Any, dtype: Any, compute_dtype: Any = Non
     if ct == "bfloat16" or (ct == "float16" and dt != "float16"):
         raise ArgumentValueError(f"matmul_plan: compute_dtype {ct} with dtype {dt}: the compute type is float32, "
                                  "or float16 for float16 inputs")
-    for name, v in (("allow_tf32", allow_tf32), ("autotune", autotune), ("cache", cache)):
-        if not isinstance(v, (bool, np.bool_)):
-            raise ArgumentTypeError(f"matmul_plan: {name} must be True or False, got {v!r}")
+    allow_tf32, autotune, cache = (yes_no(v, name, "matmul_plan") for name, v in
+                                   (("allow_tf32", allow_tf32), ("autotune", autotune), ("cache", cache)))
     a, b, out, a_dims, b_dims, c_dims = _shapes(a_shape, b_shape, batch)
     require()
     dev = _device(device)

@@ -28,7 +28,7 @@ from pycudadrv import _compile_cache
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LinkError, LinkerUnavailableError
 from pycudadrv._linklibs import _identity, _link_error, _load, _version, fatbin_image
 from pycudadrv.nvrtc import ObjectCode, _parse_arch
-from pycudadrv._textargs import _bool, _strings
+from pycudadrv._textargs import yes_no, _strings
 
 __all__ = ["Linker", "build_fatbin", "fatbin_entries", "nvjitlink_version", "nvfatbin_version",
            "device_runtime_library", "LinkError", "LinkerUnavailableError"]
@@ -340,8 +340,8 @@ class Linker:
         for o in self.options:
             if o.startswith(("-arch", "--gpu-architecture")):
                 raise ArgumentValueError(f"Linker: give the architecture as arch=..., not in options ({o!r})")
-        self.device_runtime = _bool(device_runtime, "device_runtime", "Linker")
-        self.use_cache = _bool(use_cache, "use_cache", "Linker")
+        self.device_runtime = yes_no(device_runtime, "device_runtime", "Linker")
+        self.use_cache = yes_no(use_cache, "use_cache", "Linker")
         self._inputs: list[tuple[str, bytes, str, ObjectCode | None]] = []
         for obj in objects:
             self.add(obj)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pycudadrv import _compile_cache, _includes
 from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
 from pycudadrv._linklibs import fatbin_object
-from pycudadrv._textargs import _bool, _encodable, _relocatable, _strings
+from pycudadrv._textargs import yes_no, _encodable, _relocatable, _strings
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
                                NvrtcUnavailableError)
 
@@ -489,7 +489,7 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
     if not isinstance(name, str) or not name or "\0" in name:
         raise ArgumentTypeError(f"compile: name must be a non-empty str, got {name!r}")
     _encodable(name, "name", "compile")
-    use_cache = _bool(use_cache, "use_cache", "compile")
+    use_cache = yes_no(use_cache, "use_cache", "compile")
     opts_in = _strings(options, "options", split=True)
     incs = _strings(include_paths, "include_paths")
     exprs = _strings(name_expressions, "name_expressions")

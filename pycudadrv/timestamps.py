@@ -5,6 +5,7 @@ from __future__ import annotations
 from pycudadrv._errors import ArgumentTypeError, NotReadyError, StateError
 from pycudadrv._event import Event
 from pycudadrv._stream import Stream
+from pycudadrv._textargs import yes_no
 from pycudadrv._timing import TimestampsBase
 
 __all__ = ["Timestamps"]
@@ -51,10 +52,7 @@ class Timestamps(TimestampsBase):
             from pycudadrv._device import get_current_device
 
             stream = get_current_device().default_stream
-        elif not isinstance(stream, Stream) and not hasattr(stream, "device"):    # what its events need
-            raise ArgumentTypeError(f"Timestamps: stream must be a pycudadrv Stream or None, got "
-                                    f"{type(stream).__name__} {stream!r:.40}")
-        self.stream = stream
+        self.stream = stream        # checked by the setter, as a later assignment is
 
     def _new_event(self) -> Event:
         return Event(device=self.stream.device)
@@ -142,7 +140,9 @@ class Timestamps(TimestampsBase):
         while the GPU has not finished them (as khal's ``read``; the request
         stays, so a later ``try_take()`` or ``read()`` returns them).
 
-        Raises StateError inside an open pass (its end is not recorded yet)."""
+        Raises StateError inside an open pass (its end is not recorded yet),
+        ArgumentTypeError for a ``blocking`` that is not True or False."""
+        blocking = yes_no(blocking, "blocking", "Timestamps.read")
         if self._open:
             raise StateError(f"Timestamps.read() inside the open pass {self._open[-1][0]!r}: leave the `with "
                              "ts.measure(...)` block first (or use try_take(), which leaves open passes for "

@@ -71,9 +71,12 @@ def test_lone_surrogates_elsewhere_are_refused_too(kw, value, what, nvrtc_never_
         cd.compile(SRC, arch="sm_90", **{kw: value})
 
 
-@pytest.mark.parametrize("value", ["no", "yes", 0, 1, None, [], "False"])
+RULE = "must be True or False (or a numpy bool, 0 or 1), got"   # pycudadrv._textargs.yes_no, every yes/no argument's rule
+
+
+@pytest.mark.parametrize("value", ["no", "yes", 2, -1, None, [], "False"])
 def test_use_cache_must_be_a_bool(value, nvrtc_never_runs):
-    with pytest.raises(cd.ArgumentTypeError, match=f"compile: use_cache must be True or False, got {re.escape(repr(value))}"):
+    with pytest.raises(cd.ArgumentTypeError, match=re.escape(f"compile: use_cache {RULE} {type(value).__name__} {value!r}")):
         cd.compile(SRC, arch="sm_90", use_cache=value)
 
 

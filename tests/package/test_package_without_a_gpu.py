@@ -109,7 +109,7 @@ def test_stream_arguments_are_checked_before_the_driver_is_needed():
         "Stream() takes the device as its only positional argument (nonblocking= and priority= are keywords), "
         "got 2 positional arguments",
         "Stream() got the device twice: positionally and as device=",
-        "Stream: nonblocking must be True or False, got 'no'",
+        "Stream: nonblocking must be True or False (or a numpy bool, 0 or 1), got str 'no'",
         "a valid priority reaches the driver",
     ]
     assert "__cinit__" not in r.stdout + r.stderr
@@ -120,12 +120,12 @@ def test_event_arguments_are_checked_before_the_driver_is_needed():
         import numpy as np
         import pycudadrv as cd
         for call in (lambda: cd.Event("x"), lambda: cd.Event(True, False), lambda: cd.Event(timing="yes"),
-                     lambda: cd.Event(timing=1)):
+                     lambda: cd.Event(timing=2)):
             try:
                 call()
             except cd.ArgumentTypeError as e:
                 print(e)
-        for timing in (False, np.False_):
+        for timing in (False, np.False_, 0):
             try:
                 cd.Event(timing=timing)
             except cd.CudaUnavailableError:
@@ -135,8 +135,9 @@ def test_event_arguments_are_checked_before_the_driver_is_needed():
     assert r.stdout.splitlines() == [
         "Event takes keywords only: Event(timing=True, device=None), got 1 positional argument ('x')",
         "Event takes keywords only: Event(timing=True, device=None), got 2 positional arguments (True)",
-        "Event: timing must be True or False, got 'yes'",
-        "Event: timing must be True or False, got 1",
+        "Event: timing must be True or False (or a numpy bool, 0 or 1), got str 'yes'",
+        "Event: timing must be True or False (or a numpy bool, 0 or 1), got int 2",
+        "a bool timing reaches the driver",
         "a bool timing reaches the driver",
         "a bool timing reaches the driver",
     ]

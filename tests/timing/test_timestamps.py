@@ -546,8 +546,31 @@ def test_leaving_a_pass_that_is_not_open_raises_and_changes_nothing(ts, how):
 
 @pytest.mark.parametrize("stream", [5, "s", 1.5])
 def test_a_stream_that_is_not_a_stream_is_refused_at_construction(stream):
-    with pytest.raises(cd.ArgumentTypeError, match="Timestamps: stream must be a pycudadrv Stream or None, got"):
+    with pytest.raises(cd.ArgumentTypeError, match="Timestamps: stream must be a pycudadrv Stream, got"):
         cd.Timestamps(stream)
+
+
+@pytest.mark.parametrize("stream", [12345, "s", None])
+def test_a_stream_that_is_not_a_stream_is_refused_by_the_setter_too_and_the_old_one_kept(ts, stream):
+    old = ts.stream
+    with ts.measure("a"):
+        pass
+    with pytest.raises(cd.ArgumentTypeError, match=f"Timestamps: stream must be a pycudadrv Stream, got "
+                                                   f"{type(stream).__name__}"):
+        ts.stream = stream
+    assert ts.stream is old
+    gpu_catches_up()
+    assert ts.read() == [("a", 1.0)]
+
+
+@pytest.mark.parametrize("blocking", ["no", None, 2, np.array([True])])
+def test_read_refuses_a_blocking_that_is_not_a_bool_and_keeps_the_results(ts, blocking):
+    with ts.measure("a"):
+        pass
+    gpu_catches_up()
+    with pytest.raises(cd.ArgumentTypeError, match="Timestamps.read: blocking must be True or False"):
+        ts.read(blocking=blocking)
+    assert ts.read(blocking=0) == [("a", 1.0)]
 
 
 SAXPY = r"""
