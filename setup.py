@@ -7,6 +7,7 @@ built): $CUDA_HOME, $CUDA_PATH, /usr/local/cuda, then the
 ``nvidia-cuda-runtime`` wheel (a build requirement, so a machine with no CUDA
 toolkit builds too).
 """
+import glob
 import importlib.util
 import os
 import sys
@@ -37,27 +38,68 @@ def find_cuda_include():
 
 
 if __name__ == "__main__":
+    import sysconfig
+
     from Cython.Build import cythonize
     from setuptools import Extension, setup
+    from setuptools.command.build_ext import build_ext
 
     cuda_inc = find_cuda_include()
     print(f"pycudadrv: building against {os.path.join(cuda_inc, 'cuda.h')}", file=sys.stderr)
-    exts = [
-        Extension(
+
+    # An extension already built in place (by an earlier `pip install -e` or `setup.py build_ext
+    # --inplace`, for this interpreter: its ABI tag is in the file name) that is newer than every input of
+    # the build (the .pyx/.pxd/.pxi sources, include/, cuda.h, this file) is taken as it is instead of
+    # being made again: the README's second install reuses the first's build. (Inside pip's isolated
+    # build environment cythonize would remake every .c: its fresh Cython's own .pxd files are newer.)
+    inputs = [f for pat in ("pycudadrv/*.pyx", "pycudadrv/*.pxd", "pycudadrv/*.pxi", "include/**/*.h")
+              for f in glob.glob(os.path.join(HERE, pat), recursive=True)]
+    newest = max(os.path.getmtime(f) for f in inputs + [os.path.join(cuda_inc, "cuda.h"), os.path.abspath(__file__)])
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+
+    def built(m):
+        """The in-place extension of module ``m`` when it can be reused, else None."""
+        so = os.path.join(HERE, "pycudadrv", m + suffix)
+        return so if os.path.exists(so) and os.path.getmtime(so) >= newest else None
+
+    def extension(m, sources):
+        return Extension(
             f"pycudadrv.{m}",
-            [f"pycudadrv/{m}.pyx"],
+            sources,
             include_dirs=[os.path.join(HERE, "include"), cuda_inc],
             extra_compile_args=["-O3", "-g0", "-Wno-unused-function"] + (["-pthread"] if m in THREADED else []),
             extra_link_args=["-pthread"] if m in THREADED else [],
         )
-        for m in MODULES if os.path.exists(os.path.join(HERE, "pycudadrv", f"{m}.pyx"))
-    ]
+
+    modules = [m for m in MODULES if os.path.exists(os.path.join(HERE, "pycudadrv", f"{m}.pyx"))]
+    reused = {m: built(m) for m in modules if built(m) is not None}
+    exts = cythonize(
+        [extension(m, [f"pycudadrv/{m}.pyx"]) for m in modules if m not in reused],
+        nthreads=os.cpu_count() or 1,      # the .pyx -> .c step in parallel too, as the C compiles are
+        language_level=3,
+        include_path=[HERE],
+        compiler_directives={"embedsignature": True, "binding": True},
+    ) if len(reused) < len(modules) else []
+    for m, so in reused.items():
+        ext = extension(m, [so])
+        ext.built_in_place = so
+        exts.append(ext)
+
+    class build_ext_reusing(build_ext):
+        """build_ext that copies a reused in-place extension (``ext.built_in_place``) into the build."""
+
+        def build_extension(self, ext):
+            so = getattr(ext, "built_in_place", None)
+            if so is None:
+                return super().build_extension(ext)
+            target = self.get_ext_fullpath(ext.name)
+            if os.path.abspath(so) != os.path.abspath(target):
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                self.copy_file(so, target)
+            return None
+
     setup(
+        cmdclass={"build_ext": build_ext_reusing},
         options={"build_ext": {"parallel": os.cpu_count() or 1}},
-        ext_modules=cythonize(
-            exts,
-            language_level=3,
-            include_path=[HERE],
-            compiler_directives={"embedsignature": True, "binding": True},
-        ),
+        ext_modules=exts,
     )
