@@ -200,7 +200,11 @@ cdef class Device:
         selected devices (:func:`select_devices`).
     """
 
-    def __cinit__(self, ordinal=0):
+    def __cinit__(self, *args, **kwargs):
+        if len(args) > 1 or (args and kwargs) or any(k != "ordinal" for k in kwargs):
+            given = [repr(a)[:20] for a in args] + [f"{k}={v!r:.20}" for k, v in kwargs.items()]
+            raise ArgumentTypeError(f"Device takes one ordinal: Device(ordinal=0), got Device({', '.join(given)})")
+        ordinal = args[0] if args else kwargs.get("ordinal", 0)
         if isinstance(ordinal, bool) or not isinstance(ordinal, (int, np.integer)):
             raise ArgumentTypeError(f"device ordinal must be an int, got {ordinal!r}")
         ordinal = int(ordinal)

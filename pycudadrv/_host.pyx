@@ -126,7 +126,7 @@ def shape_and_nbytes(shape, dtype):
         except (TypeError, ValueError) as e:
             raise ArgumentTypeError(f"dtype {dtype!r:.60} is not a numpy dtype ({e})") from None
         if dt.hasobject:
-            raise ArgumentTypeError(f"dtype {dt} holds Python objects, which device or pinned memory cannot")
+            raise ArgumentTypeError(f"dtype {dt} holds Python objects, which device or pinned memory cannot hold")
         if dt.itemsize == 0:
             raise ArgumentTypeError(f"dtype {dt} has zero-size elements; give a size (e.g. 'U8', 'S16', 'V4')")
     if isinstance(shape, (int, np.integer)) and not isinstance(shape, bool):

@@ -222,6 +222,9 @@ cdef class Buffer:
         :meth:`empty` and :meth:`write`."""
         async_alloc = yes_no(async_alloc, "async_alloc", "Buffer.from_numpy")
         arr = np.ascontiguousarray(array)
+        if arr.dtype.hasobject:
+            raise ArgumentTypeError(f"Buffer.from_numpy: array must be an array of numbers (a numpy array or any "
+                                    f"buffer-protocol object), got {type(array).__name__} {short_repr(array)}")
         b = Buffer.empty(arr.shape, arr.dtype, device=device, stream=stream, async_alloc=async_alloc, usage=usage)
         b.write(arr)
         return b

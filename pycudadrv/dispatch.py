@@ -71,7 +71,7 @@ import numpy as np
 
 from pycudadrv import nvtx
 from pycudadrv._env import env_flag, env_int
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, short_repr
 from pycudadrv._kernel import dims3
 from pycudadrv._memory import Buffer
 from pycudadrv._sequence import DispatchBase
@@ -340,11 +340,20 @@ class Encoder:
 
     Launches go on the stream as they are made; :meth:`submit` exists for
     symmetry with shader APIs and returns an Event recorded after them.
+    ``device`` (None: the current device) and ``stream`` (None: the device's
+    default stream) that are not a Device or a Stream raise ArgumentTypeError.
     """
 
     def __init__(self, device: Device | None = None, stream: Stream | None = None) -> None:
-        from pycudadrv._device import get_current_device
+        from pycudadrv._device import Device, get_current_device
+        from pycudadrv._stream import Stream
 
+        if device is not None and not isinstance(device, Device):
+            raise ArgumentTypeError(f"Encoder: device must be a pycudadrv Device or None, got "
+                                    f"{type(device).__name__} {short_repr(device)}")
+        if stream is not None and not isinstance(stream, Stream):
+            raise ArgumentTypeError(f"Encoder: stream must be a pycudadrv Stream or None, got "
+                                    f"{type(stream).__name__} {short_repr(stream)}")
         self.device = device if device is not None else get_current_device()
         self.stream = stream if stream is not None else self.device.default_stream
 
