@@ -676,8 +676,9 @@ def pack_arguments(layout, args, name="kernel"):
         raise ArgumentTypeError(f"pack_arguments: name must be a str, got {type(name).__name__}")
     from pycudadrv._signature import as_layout   # the one upward import (a signature to parse)
     layout = as_layout(layout, name)
-    if isinstance(args, (str, bytes, bytearray, dict)) or not hasattr(args, "__iter__"):
-        raise ArgumentTypeError(f"kernel '{name}': args must be a sequence of values (a list or tuple), got "
+    if not isinstance(args, (list, tuple)):
+        # A set or dict would put the values in an order of its own; a generator is used up by one reading.
+        raise ArgumentTypeError(f"kernel '{name}': args must be a list or tuple of values (in parameter order), got "
                                 f"{type(args).__name__} {_bounded_repr(args)}")
     args = tuple(args)
     cdef ParamLayout lay = new_layout(name, None, PARAM_LIMIT_LARGE)

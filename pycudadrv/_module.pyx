@@ -21,7 +21,7 @@ import threading
 import weakref
 import numpy as np
 from pycudadrv._driver import fnv1a64
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, ClosedError, short_repr
 from pycudadrv import _signature
 
 __all__ = ["Module", "load_module", "clear_module_cache", "module_cache_size", "image_kind"]
@@ -60,9 +60,12 @@ def image_kind(image):
     a str of PTX).
 
     Raises ArgumentTypeError for anything else, ArgumentValueError for an
-    empty image or binary data that is neither."""
+    empty image, binary data that is neither, or text that is not PTX (no
+    ``.version`` directive, which every PTX module has: a file path, say,
+    whose file was meant to be read)."""
     if not isinstance(image, (bytes, str)):
         image = _image_bytes(image, "image_kind")
+    text = image
     if isinstance(image, str):
         image = image[:4096].encode(errors="surrogatepass")
     b = bytes(image[:4])
@@ -78,6 +81,14 @@ def image_kind(image):
     if b"\0" in head.rstrip(b"\0") or any(c < 9 or 13 < c < 32 or c == 127 for c in head.rstrip(b"\0")):
         raise ArgumentValueError("module image is neither PTX text, a CUBIN (ELF) nor a fatbin: first bytes "
                                  f"{bytes(image[:8])!r}")
+    if not isinstance(text, (str, bytes)):
+        text = bytes(text)
+    if (".version" if isinstance(text, str) else b".version") not in text:
+        shown = short_repr(text)
+        looks_like_path = len(text) < 4096 and ("\n" if isinstance(text, str) else b"\n") not in text
+        raise ArgumentValueError(f"module image {shown} is text but not PTX (it has no .version directive)"
+                                 + ("; it looks like a file path: pass the file's contents "
+                                    "(open(path, 'rb').read())" if looks_like_path else ""))
     return "ptx"
 
 

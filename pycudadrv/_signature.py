@@ -108,6 +108,10 @@ def _check_text(text, who: str, name: str, what: str) -> None:
                             f"{_bounded_repr(text)}")
 
 
+_PTX_DIRECTIVE_RE = re.compile(r"(?:^|\s)\.(?:version|target|address_size|entry|func|visible|extern|weak|global|const|"
+                               r"shared|local)\b")
+
+
 def ptx_entries(ptx: str) -> dict:
     """Map each ``.entry`` name in PTX text to its parameter layout.
 
@@ -115,11 +119,17 @@ def ptx_entries(ptx: str) -> dict:
     ``.param .align 8 .b8 x[16]`` -> BYTES 16 aligned to 8; ``.ptr`` params
     -> POINTER. Linear in the length of the text. Raises
     ArgumentTypeError when ``ptx`` is not a str (bytes included: decode
-    them first), ArgumentValueError for a parameter it cannot read.
+    them first), ArgumentValueError for a parameter it cannot read or for
+    text that is not PTX (no directive such as ``.version`` or ``.entry``
+    outside comments: a file path, say).
     """
     _check_text(ptx, "ptx_entries", "ptx", "PTX text")
     out = {}
+    text = ptx
     ptx = _strip_comments(ptx)
+    if ptx.strip() and _PTX_DIRECTIVE_RE.search(ptx) is None:
+        raise ArgumentValueError(f"ptx_entries: {_bounded_repr(text)} is not PTX text (no directive such as "
+                                 ".version, .target or .entry)")
     for m in _ENTRY_RE.finditer(ptx):
         name, body = m.group(1), m.group(2)
         items = []

@@ -133,10 +133,14 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
         nvFatbin refused an entry (e.g. a CUBIN whose ELF architecture is not
         ``arch``); ``code`` is the ``nvFatbinResult``.
     ArgumentValueError
-        An unknown kind or a malformed arch.
+        No entry (a fatbin of nothing loads nothing), an unknown kind or a
+        malformed arch.
     """
     checked = []
-    for kind, data, arch in _fatbin_entry_list(entries):
+    listed = _fatbin_entry_list(entries)
+    if not listed:
+        raise ArgumentValueError("build_fatbin: entries is empty; give at least one (kind, data, arch) entry")
+    for kind, data, arch in listed:
         a = _parse_arch(arch, "an entry's arch", "build_fatbin")
         if kind not in ("cubin", "ptx", "ltoir"):
             raise ArgumentValueError(f"build_fatbin: entry kind must be 'cubin', 'ptx' or 'ltoir', got {kind!r}")
@@ -286,7 +290,10 @@ def _kind_of(data: bytes) -> str:
     if head == ARCHIVE_MAGIC:
         return "library"
     if data and all(c in (9, 10, 13) or 32 <= c < 127 for c in data[:4096].rstrip(b"\0")):
-        return "ptx"
+        if b".version" in data:         # every PTX module has one: other text is not PTX
+            return "ptx"
+        raise ArgumentValueError(f"Linker.add: these bytes are text but not PTX (no .version directive; first bytes "
+                                 f"{head!r}): pass the file's contents, or a path as a str")
     raise ArgumentValueError(f"Linker.add: cannot tell what these bytes are (first bytes {head!r}); pass kind= "
                              "('cubin', 'ptx', 'ltoir', 'fatbin', 'object' or 'library')")
 

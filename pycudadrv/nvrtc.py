@@ -343,9 +343,13 @@ def _parse_arch(a: Any, what: str = "arch", who: str = "compile") -> str:
     s = str(a).strip()
     if re.fullmatch(r"[0-9]+", s, re.ASCII):
         s = "sm_" + s
-    if _ARCH.fullmatch(s) is None:
+    m = _ARCH.fullmatch(s)
+    if m is None:
         raise ArgumentValueError(f"{who}: {what} must look like 'sm_90', 'sm_90a', 'sm_100f' or 'compute_90' "
                                  f"(ASCII digits, at most one variant letter), got {a!r}{_supported_text('NVRTC')}")
+    if int(m.group(2)) < 50:
+        raise ArgumentValueError(f"{who}: {what} {a!r} is not a GPU architecture (they start at sm_50; CUDA 13 "
+                                 f"compiles for sm_75 and newer){_supported_text('NVRTC')}")
     return s
 
 
@@ -418,7 +422,8 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         In-memory headers, name -> source.
     include_paths : sequence of str, optional
         Directories passed as ``-I`` (before the CUDA headers' directory,
-        which is added automatically: see :func:`default_include_dirs`).
+        which is added automatically: see :func:`default_include_dirs`);
+        one that is not a directory is an ArgumentValueError.
     use_cache : bool
         ``True`` or ``False`` (anything else is an ArgumentTypeError).
         Look the result up in (and store it into) the on-disk compile cache
@@ -492,6 +497,11 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
     use_cache = yes_no(use_cache, "use_cache", "compile")
     opts_in = _strings(options, "options", split=True)
     incs = _strings(include_paths, "include_paths")
+    for d in incs:
+        if not os.path.isdir(d):
+            raise ArgumentValueError(f"compile: include_paths entry {d!r} is not a directory"
+                                     + (" (it is a file: give the directory that holds it)" if os.path.exists(d)
+                                        else " (it does not exist)"))
     exprs = _strings(name_expressions, "name_expressions")
     for opt in opts_in:
         if opt.startswith(("-arch", "--gpu-architecture", "-gencode", "--generate-code")):

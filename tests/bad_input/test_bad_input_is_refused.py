@@ -199,6 +199,20 @@ def test_set_launch_hook_takes_none_or_an_object_with_before_and_after(hook):
     (lambda: cd.Event.elapsed_ms(None, None), cd.ArgumentTypeError,
      "Event.elapsed_ms: start must be a pycudadrv Event (recorded on a stream), got NoneType None"),
     (lambda: cd.HostBuffer.empty(4, object), cd.ArgumentTypeError, "holds Python objects, which device or pinned memory cannot hold"),
+    (lambda: cd.image_kind("/tmp/kernel.cubin"), cd.ArgumentValueError,
+     "module image '/tmp/kernel.cubin' is text but not PTX (it has no .version directive); it looks like a file path"),
+    (lambda: cd.load_module("kernel.ptx"), cd.ArgumentValueError, "is text but not PTX"),
+    (lambda: cd.Linker(arch=5), cd.ArgumentValueError, "Linker: arch 5 is not a GPU architecture (they start at sm_50"),
+    (lambda: cd.compile("__global__ void k() {}", arch="sm_35"), cd.ArgumentValueError,
+     "compile: arch 'sm_35' is not a GPU architecture"),
+    (lambda: cd.Linker(arch="sm_90").add(b"garbage"), cd.ArgumentValueError,
+     "Linker.add: these bytes are text but not PTX (no .version directive"),
+    (lambda: cd.build_fatbin([]), cd.ArgumentValueError, "build_fatbin: entries is empty"),
+    (lambda: sig.ptx_entries("garbage"), cd.ArgumentValueError, "ptx_entries: 'garbage' is not PTX text"),
+    (lambda: cd.compile("__global__ void k() {}", arch="sm_90", include_paths=["/nonexistent/include"]),
+     cd.ArgumentValueError, "compile: include_paths entry '/nonexistent/include' is not a directory (it does not exist)"),
+    (lambda: cd.compile("__global__ void k() {}", arch="sm_90", include_paths=[__file__]),
+     cd.ArgumentValueError, "is not a directory (it is a file: give the directory that holds it)"),
     (lambda: sig.ptx_entries(b".entry k()"), cd.ArgumentTypeError,
      "ptx_entries: ptx must be PTX text as a str; decode bytes first (ptx.decode()), got bytes b'.entry k()'"),
     (lambda: sig.ptx_entries(None), cd.ArgumentTypeError, "ptx_entries: ptx must be PTX text as a str, got NoneType None"),
@@ -220,8 +234,11 @@ def test_malformed_input_is_a_pycudadrv_error(call, error, says):
     (5, [1], "got int 5"),
     ([Param(INT, 4, 4, 0), "int"], [1, 2], "mixes Param entries and type names"),
     (["int", Param(INT, 4, 4, 0)], [1, 2], "mixes Param entries and type names"),
-    ("int", 5, "args must be a sequence of values"),
-    ("char, char", "ab", "args must be a sequence of values"),
+    ("int", 5, "args must be a list or tuple of values"),
+    ("char, char", "ab", "args must be a list or tuple of values"),
+    ("int, int", {1, 2}, "args must be a list or tuple of values (in parameter order), got set"),
+    ("int, int", (v for v in (1, 2)), "args must be a list or tuple of values (in parameter order), got generator"),
+    ("int, int", {1: 0, 2: 0}, "args must be a list or tuple of values (in parameter order), got dict"),
     ([Param(1.5, 4, 4, 0)], [1], "kind must be an int, got 1.5"),
     ([Param(INT, 2.5, 4, 0)], [1], "size must be an int, got 2.5"),
     ([Param(INT, None, 4, 0)], [1], "size must be an int, got None"),
@@ -238,8 +255,8 @@ def test_a_layout_of_plain_tuples_is_not_taken_for_params():
         cd.pack_arguments([(1, 4, 4, 0)], [1])
 
 
-def test_pack_arguments_takes_a_generator_of_arguments():
-    assert cd.pack_arguments("int", (v for v in [7]))[0] == [b"\x07\x00\x00\x00"]
+def test_pack_arguments_takes_a_list_or_a_tuple_of_arguments():
+    assert cd.pack_arguments("int", [7])[0] == cd.pack_arguments("int", (7,))[0] == [b"\x07\x00\x00\x00"]
 
 
 def test_pack_arguments_name_must_be_a_str():

@@ -40,9 +40,10 @@ def test_a_bracket_storm_in_a_parameter_is_read_in_one_pass():
     assert sig.source_params('extern "C" __global__ void k(int a' + "[" * N + ")") == {"k": [None]}
 
 
-@pytest.mark.parametrize("text", ["/*" * N, ".entry k(" * N])
-def test_ptx_entries_reads_pathological_text_in_one_pass(text):
-    assert sig.ptx_entries(text) == {}
+def test_ptx_entries_reads_pathological_text_in_one_pass():
+    assert sig.ptx_entries(".entry k(" * N) == {}
+    with pytest.raises(cd.ArgumentValueError, match="is not PTX text"):     # an unclosed comment, then text
+        sig.ptx_entries("/*" * N)
 
 
 # --- what the source reader reads and what it distrusts ------------------------------------------
