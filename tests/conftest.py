@@ -27,16 +27,32 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a usable CUDA device (skipped with the reason when there is none)")
 
 
+_NO_GPU = None      # the reason every gpu-marked test skips in this run (None: a GPU is there)
+
+
 def pytest_collection_modifyitems(config, items):
+    global _NO_GPU
     reason = None
     if any("gpu" in item.keywords for item in items):
         reason = _gpu_skip_reason()
+    _NO_GPU = reason
     if reason is None:
         return
     skip = pytest.mark.skip(reason=reason)
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A GPU test skipped for want of a GPU is reported at one place (this function), so ``-rs`` folds
+    them all into one line with their count instead of one line per test."""
+    outcome = yield
+    rep = outcome.get_result()
+    if _NO_GPU is not None and rep.skipped and isinstance(rep.longrepr, tuple) and rep.longrepr[2].endswith(_NO_GPU):
+        where = os.path.relpath(__file__, str(item.config.rootpath))
+        rep.longrepr = (where, None, rep.longrepr[2])
 
 
 @pytest.fixture
