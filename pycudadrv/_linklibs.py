@@ -5,8 +5,8 @@ Below both :mod:`pycudadrv.nvrtc` and :mod:`pycudadrv.link`: ``compile(arch=[...
 here, and :class:`pycudadrv.link.Linker` / :func:`pycudadrv.link.build_fatbin` load their libraries
 here, so neither of those two modules imports the other back. Where a library is looked for:
 ``$PYCUDADRV_NVJITLINK`` / ``$PYCUDADRV_NVFATBIN`` (a path; no fallback when set), the
-``nvidia-nvjitlink`` / ``nvidia-nvfatbin`` wheels, ``$CUDA_HOME``/``$CUDA_PATH``,
-``/usr/local/cuda``, then the system loader.
+``nvidia-nvjitlink`` / ``nvidia-nvfatbin`` wheels, a toolkit's library folders
+(:func:`pycudadrv._paths.library_dirs`), then the system loader.
 """
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from pycudadrv import _compile_cache
 from pycudadrv._errors import LinkError, LinkerUnavailableError, NvrtcError
+from pycudadrv._paths import library_dirs
 
 T = TypeVar("T")
 
@@ -41,11 +42,8 @@ def _candidates(stem: str, subdirs: Sequence[str], sonames: Sequence[str]) -> It
                 yield from sorted(glob.glob(os.path.join(base, sub, stem + ".so*")), reverse=True)
     except ImportError:
         pass
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            yield from sorted(glob.glob(os.path.join(root, "lib64", stem + ".so*")), reverse=True)
-    yield from sorted(glob.glob(f"/usr/local/cuda/lib64/{stem}.so*"), reverse=True)
+    for d in library_dirs():
+        yield from sorted(glob.glob(os.path.join(d, stem + ".so*")), reverse=True)
     yield from sonames
 
 

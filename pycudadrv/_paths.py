@@ -1,18 +1,50 @@
-"""Where the CUDA headers are: the one search every part of pycudadrv uses.
+"""Where a CUDA toolkit's headers and libraries are: the one search every part of pycudadrv uses.
 
 ``setup.py`` (building against ``cuda.h``), ``compile()`` (the device headers
 NVRTC needs: ``cuda_fp16.h``, CCCL) and the benchmarks (the C floor includes
 ``cuda.h``) all look through :func:`cuda_include_candidates`, in this order:
-``$CUDA_HOME/include``, ``$CUDA_PATH/include``, ``/usr/local/cuda/include``,
-then the ``include`` folders of the ``nvidia-*`` wheels. Pure Python, no
-driver and no built extension needed (setup.py loads this file by path).
+each toolkit root's ``include`` and ``targets/<arch>-linux/include``
+(the roots: ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``,
+``/opt/cuda``), the ``include`` folders of the ``nvidia-*`` wheels, then
+``/usr/include`` (a distribution's toolkit package). NVRTC, nvJitLink and
+nvFatbin are looked for in :func:`library_dirs` after the wheels. Pure
+Python, no driver and no built extension needed (setup.py loads this file
+by path).
 """
 from __future__ import annotations
 
 import glob
 import os
+import platform
 
-__all__ = ["cuda_include_candidates", "find_cuda_include", "wheel_include_dirs"]
+__all__ = ["cuda_include_candidates", "find_cuda_include", "wheel_include_dirs", "toolkit_roots", "library_dirs"]
+
+#: Where a CUDA toolkit is installed when no environment variable says (NVIDIA's installers; Arch and
+#: others use /opt/cuda).
+TOOLKIT_ROOTS = ("/usr/local/cuda", "/opt/cuda")
+
+
+def _target() -> str:
+    """The ``targets/`` folder of a toolkit for this machine (``x86_64-linux``, ``sbsa-linux``)."""
+    m = platform.machine()
+    return "sbsa-linux" if m == "aarch64" else f"{m}-linux"
+
+
+def toolkit_roots() -> list[str]:
+    """``$CUDA_HOME``, ``$CUDA_PATH`` (where set), then :data:`TOOLKIT_ROOTS`."""
+    roots = [os.environ[v] for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    return roots + [r for r in TOOLKIT_ROOTS if r not in roots]
+
+
+def library_dirs() -> list[str]:
+    """Directories a toolkit's shared libraries may be in, in search order: each root's ``lib64`` and
+    ``targets/<arch>-linux/lib``, then the system's (``/usr/lib/<arch>-linux-gnu``, ``/usr/lib64``,
+    ``/usr/lib``: a distribution's package)."""
+    m = platform.machine()
+    out = []
+    for root in toolkit_roots():
+        out += [os.path.join(root, "lib64"), os.path.join(root, "targets", _target(), "lib")]
+    return out + [f"/usr/lib/{m}-linux-gnu", f"/lib/{m}-linux-gnu", "/usr/lib64", "/usr/lib"]
 
 
 def wheel_include_dirs() -> list[str]:
@@ -31,12 +63,10 @@ def wheel_include_dirs() -> list[str]:
 def cuda_include_candidates(extra_first: list[str] | None = None) -> list[str]:
     """Every candidate include directory, in search order (existing or not)."""
     cands = list(extra_first or [])
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            cands.append(os.path.join(root, "include"))
-    cands.append("/usr/local/cuda/include")
+    for root in toolkit_roots():
+        cands += [os.path.join(root, "include"), os.path.join(root, "targets", _target(), "include")]
     cands += wheel_include_dirs()
+    cands.append("/usr/include")
     seen: set = set()
     return [c for c in cands if not (c in seen or seen.add(c))]
 

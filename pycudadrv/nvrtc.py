@@ -3,7 +3,9 @@ fatbin through NVRTC, loaded at run time.
 
 NVRTC is looked for, in order: ``$PYCUDADRV_NVRTC`` (a path, never a
 fallback), the ``nvidia-cuda-nvrtc`` wheel (``pip install pycudadrv[nvrtc]``),
-``$CUDA_HOME``/``$CUDA_PATH``, ``/usr/local/cuda``, then the system loader.
+a toolkit's library folders (:func:`pycudadrv._paths.library_dirs`: ``lib64``
+and ``targets/<arch>-linux/lib`` under ``$CUDA_HOME``, ``$CUDA_PATH``,
+``/usr/local/cuda`` and ``/opt/cuda``, then the system's), then the loader.
 NVRTC needs no GPU: with ``arch`` given, compilation works on any machine.
 Fatbins are assembled with nvFatbin and LTO-IR is linked with nvJitLink
 (:mod:`pycudadrv.link`). Results are cached on disk (:mod:`pycudadrv._compile_cache`).
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pycudadrv import _compile_cache, _includes
 from pycudadrv._compile_cache import cache_dir, cache_size, clear_cache
 from pycudadrv._linklibs import fatbin_object
+from pycudadrv._paths import library_dirs
 from pycudadrv._textargs import yes_no, _encodable, _relocatable, _strings
 from pycudadrv._errors import (ArgumentTypeError, ArgumentValueError, CudaError, CudaUnavailableError, NvrtcError,
                                NvrtcUnavailableError)
@@ -62,11 +65,8 @@ def _candidates() -> Iterable[str]:
                 yield from sorted(glob.glob(os.path.join(base, sub, "libnvrtc.so*")), reverse=True)
     except ImportError:
         pass
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root:
-            yield from sorted(glob.glob(os.path.join(root, "lib64", "libnvrtc.so*")), reverse=True)
-    yield from sorted(glob.glob("/usr/local/cuda/lib64/libnvrtc.so*"), reverse=True)
+    for d in library_dirs():
+        yield from sorted(glob.glob(os.path.join(d, "libnvrtc.so*")), reverse=True)
     yield from ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
 
 
@@ -144,8 +144,8 @@ def default_include_dirs() -> list[str]:
     compile() passes as ``-I``. Looked for beside the NVRTC library (the
     nvidia-* wheels share one include folder), then in pycudadrv's one list
     of CUDA include directories (:func:`pycudadrv._paths.cuda_include_candidates`:
-    ``$CUDA_HOME``, ``$CUDA_PATH``, ``/usr/local/cuda``, the nvidia-* wheels);
-    the first complete one wins."""
+    toolkit roots, the nvidia-* wheels, ``/usr/include``); the first complete
+    one wins."""
     return _includes.device_include_dirs(_lib_path)
 
 

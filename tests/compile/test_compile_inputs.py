@@ -83,3 +83,35 @@ def test_use_cache_must_be_a_bool(value, nvrtc_never_runs):
 def test_numpy_bools_are_bools_for_use_cache(monkeypatch):
     monkeypatch.setenv("PYCUDADRV_CACHE", "0")
     assert cd.compile(SRC, arch="sm_90", use_cache=np.bool_(False)).from_cache is False
+
+
+# --- where a toolkit is looked for ----------------------------------------------------------------
+
+def test_a_toolkit_is_looked_for_where_distributions_and_zyx_put_it(monkeypatch):
+    from pycudadrv import _paths
+
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    libs = _paths.library_dirs()
+    target = _paths._target()
+    for d in ("/usr/local/cuda/lib64", f"/usr/local/cuda/targets/{target}/lib", "/opt/cuda/lib64",
+              f"/opt/cuda/targets/{target}/lib", "/usr/lib64", "/usr/lib"):
+        assert d in libs
+    incs = _paths.cuda_include_candidates()
+    for d in ("/usr/local/cuda/include", f"/opt/cuda/targets/{target}/include", "/usr/include"):
+        assert d in incs
+    assert incs[-1] == "/usr/include"          # a distribution's headers come after every toolkit's and wheel's
+
+
+def test_nvrtc_is_found_under_a_toolkits_targets_folder(monkeypatch, tmp_path):
+    from pycudadrv import _paths
+
+    lib = tmp_path / "targets" / _paths._target() / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libnvrtc.so.13").write_bytes(b"")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    found = list(nvrtc._candidates())
+    assert str(lib / "libnvrtc.so.13") in found
+    # after the wheels, before the toolkits that no variable names
+    assert found.index(str(lib / "libnvrtc.so.13")) < min(
+        [i for i, f in enumerate(found) if f.startswith(("/usr/local/cuda", "/opt/cuda"))] or [len(found)])
