@@ -23,7 +23,9 @@ from pycudadrv._kernel cimport KernelBase
 
 import numpy as np
 import os
+import sys
 import threading
+import warnings
 from pycudadrv._textargs import yes_no
 from pycudadrv._errors import (ArgumentIndexError, ArgumentTypeError, ArgumentValueError, GraphUpdateError,
                                StateError, CudaError, ClosedError)
@@ -47,6 +49,23 @@ def _dot_path():
         return pattern.replace("{n}", str(n))
     root, ext = os.path.splitext(pattern)
     return pattern if n == 0 else f"{root}-{n}{ext or '.dot'}"
+
+
+def _dump_dot(graph, path):
+    """PYCUDADRV_GRAPH_DOT's dump of an instantiated graph: one stderr line saying where it went; a dump
+    that cannot be written is a RuntimeWarning naming the path and the reason, and the graph is kept
+    (a debugging aid never costs the program its graph)."""
+    try:
+        graph.debug_dot(path)
+    except (CudaError, OSError, ValueError) as e:
+        warnings.warn(f"PYCUDADRV_GRAPH_DOT: could not write the graph to {path!r} ({e}); the graph is "
+                      "instantiated all the same", RuntimeWarning, stacklevel=3)
+        return
+    try:
+        print(f"[pycudadrv] graph DOT: {graph.num_nodes} nodes written to {os.path.abspath(path)}", file=sys.stderr,
+              flush=True)
+    except (OSError, ValueError):
+        pass        # no stderr to say it on: the file is there all the same
 
 
 def graph_memory_used(device=None):
@@ -212,7 +231,7 @@ cdef class CapturedGraph:
             check(d.p_cuGraphUpload(self._exec, self._stream._handle), "cuGraphUpload")
         path = _dot_path()
         if path is not None:
-            self.debug_dot(path)
+            _dump_dot(self, path)
         return 0
 
     def hold(self, *objs):
@@ -421,11 +440,17 @@ cdef class CapturedGraph:
 
     def debug_dot(self, path, verbose=True):
         """Write the driver's DOT description of the graph to ``path``
-        (``cuGraphDebugDotPrint``); returns the path."""
+        (``cuGraphDebugDotPrint``); returns the path. Raises
+        ArgumentValueError when the folder of ``path`` does not exist,
+        CudaError when the driver cannot write the file."""
         verbose = yes_no(verbose, "verbose", "CapturedGraph.debug_dot")
         if self._graph == NULL:
             raise StateError("no graph captured")
         cdef bytes p = os.fsencode(os.fspath(path))
+        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise ArgumentValueError(f"CapturedGraph.debug_dot: the folder {folder!r} of {os.fspath(path)!r} does "
+                                     "not exist")
         check(driver().p_cuGraphDebugDotPrint(self._graph, p, 1 if verbose else 0), "cuGraphDebugDotPrint")
         return path
 

@@ -49,6 +49,32 @@ def test_graph_dot_dumps_every_instantiated_graph(mod, tmp_path, monkeypatch):
     assert "fill" in open(tmp_path / dots[-1]).read()
 
 
+def test_each_graph_dot_dump_says_where_it_went(mod, tmp_path, monkeypatch, capfd, rng):
+    monkeypatch.setenv("PYCUDADRV_GRAPH_DOT", str(tmp_path / "said{n}.dot"))
+    s = cd.Stream()
+    y = cd.Buffer.empty(256, np.float32, stream=s)
+    with s.capture():
+        mod.function("fill").launch(1, 256, y, 1.0, 256, stream=s)
+    err = capfd.readouterr().err
+    written = [f for f in os.listdir(tmp_path) if f.startswith("said")]
+    assert len(written) == 1
+    assert f"[pycudadrv] graph DOT: 1 nodes written to {tmp_path / written[0]}" in err
+
+
+def test_a_graph_dot_dump_that_cannot_be_written_warns_and_the_graph_runs(mod, tmp_path, monkeypatch, rng):
+    monkeypatch.setenv("PYCUDADRV_GRAPH_DOT", str(tmp_path / "no" / "such" / "dir" / "g.dot"))
+    s = cd.Stream()
+    y = cd.Buffer.from_numpy(np.full(256, np.nan, np.float32), stream=s)
+    v = float(rng.standard_normal())
+    for _ in range(2):          # twice: the second capture after a failed dump too
+        with pytest.warns(RuntimeWarning, match="PYCUDADRV_GRAPH_DOT: could not write the graph to .*no/such/dir"):
+            with s.capture() as graph:
+                mod.function("fill").launch(1, 256, y, v, 256, stream=s)
+        graph.launch(s)
+        np.testing.assert_array_equal(y.to_numpy(stream=s), np.full(256, v, np.float32))
+    assert not (tmp_path / "no").exists()
+
+
 def test_indirect_trace_names_the_kernel_of_every_indirect_dispatch(mod, capfd, monkeypatch):
     monkeypatch.setenv("PYCUDADRV_INDIRECT_TRACE", "1")
     out = cd.Buffer.zeros(4, np.float32)
