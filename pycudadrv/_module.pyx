@@ -92,6 +92,28 @@ def image_kind(image):
     return "ptx"
 
 
+_PUNCT_SPACE = re.compile(r"\s*([<>,()*&\[\]:])\s*")
+
+
+def _spelling(expr):
+    """A C++ name expression without the spaces the compiler ignores (around < > , ( ) * & [ ] :)."""
+    return _PUNCT_SPACE.sub(r"\1", " ".join(expr.split()))
+
+
+def lowered_name(dict lowered, name):
+    """The mangled name a compile() name expression was lowered to, for ``name`` spelled as given to
+    compile() or in any spelling the compiler takes for the same expression (``"reduce6<int, 256, false>"``
+    and ``"reduce6<int,256,false>"``); ``name`` itself when it is no such expression."""
+    got = lowered.get(name)
+    if got is not None or not lowered or not isinstance(name, str):
+        return name if got is None else got
+    want = _spelling(name)
+    for expr, mangled in lowered.items():
+        if _spelling(expr) == want:
+            return mangled
+    return name
+
+
 def _layout_info(ptx, source_decls):
     """The bytes, besides the image, that decide the parameter layouts (part of the cache key)."""
     if ptx is not None and not isinstance(ptx, (bytes, bytearray)):
@@ -312,7 +334,7 @@ cdef class Module:
             The module was unloaded.
         """
         self._ensure_open()
-        name = self.lowered_names.get(name, name)
+        name = lowered_name(self.lowered_names, name)
         cdef pycudadrv_driver_api* d = driver()
         cdef CUdeviceptr ptr = 0
         cdef size_t nbytes = 0
@@ -352,7 +374,7 @@ cdef class Module:
             The module was unloaded.
         """
         self._ensure_open()
-        name = self.lowered_names.get(name, name)
+        name = lowered_name(self.lowered_names, name)
         fn = self._functions.get(name)
         if fn is not None and signature is None:
             return fn

@@ -516,6 +516,21 @@ def test_template_kernels_through_name_expressions(rng):
     assert (a.to_numpy() == np.float32(v)).all() and (b.to_numpy() == v).all()
 
 
+def test_a_name_expression_is_found_in_any_spelling_the_compiler_takes(rng):
+    src = ("template <typename T, int N, bool Neg> __global__ void put(T* p, T v) "
+           "{ int i = threadIdx.x; if (i < N) p[i] = Neg ? -v : v; }")
+    m = cd.compile(src, name_expressions=("put<float, 32, true>",)).load()
+    f = m.function("put<float,32,true>")
+    assert f is m.function("put< float , 32 , true >") is m.function("put<float, 32, true>")
+    for _ in range(2):
+        a = cd.Buffer.from_numpy(np.full(32, np.nan, np.float32))
+        v = float(rng.standard_normal())
+        f.launch(1, 32, a, v)
+        np.testing.assert_array_equal(a.to_numpy(), np.full(32, -np.float32(v)))
+    with pytest.raises(ValueError):
+        m.function("put<float, 32, false>")      # another instantiation, never lowered
+
+
 def test_programmatic_dependent_launch_runs_in_order(rng):
     if cd.Device(0).compute_capability < (9, 0):
         pytest.skip("programmatic dependent launch needs sm_90")

@@ -167,3 +167,16 @@ def test_ptx_widths_with_huge_digit_strings_are_value_errors():
 def test_as_layout_and_check_layout_return_the_params_unchanged():
     layout = [Param(INT, 4, 4, 0), Param(POINTER, 8, 8, 8, True)]
     assert sig.as_layout(layout) == layout and sig.check_layout(tuple(layout), "k", 4096) == layout
+
+
+@pytest.mark.parametrize("asked", ["reduce6<int,256,false>", "reduce6<int, 256, false>", " reduce6< int , 256 ,false > ",
+                                   "reduce6<int,\t256,\nfalse>"])
+def test_a_name_expression_matches_in_every_spelling_the_compiler_takes(asked):
+    from pycudadrv._module import lowered_name
+
+    lowered = {"reduce6<int, 256, false>": "_Z7reduce6IiLi256ELb0EEvPKT_PS0_j", "k<unsigned int>": "_Z1kIjEvv"}
+    assert lowered_name(lowered, asked) == "_Z7reduce6IiLi256ELb0EEvPKT_PS0_j"
+    assert lowered_name(lowered, "k<unsigned  int>") == "_Z1kIjEvv"      # the space inside a type name stays one
+    assert lowered_name(lowered, "k<unsignedint>") == "k<unsignedint>"   # another name: given back as asked
+    assert lowered_name(lowered, "reduce6<int, 256, true>") == "reduce6<int, 256, true>"
+    assert lowered_name({}, "plain") == "plain"
