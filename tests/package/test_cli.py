@@ -122,8 +122,8 @@ def _readme_setup():
 def test_the_readme_sets_up_in_two_commands_the_first_making_the_virtual_environment():
     commands = re.findall(r"^```sh\n(.*?)\n```", _readme_setup(), re.S | re.M)
     assert commands == [
-        'python3 -m venv .venv && . .venv/bin/activate && python -m pip install -e ".[nvrtc]" && python -m pycudadrv',
-        'python -m pip install -e ".[test]" && python -m pytest -rs',
+        'python3 -m venv .venv && . .venv/bin/activate && python -m pip install -e ".[nvrtc]" --config-settings editable_mode=compat && python -m pycudadrv',
+        'python -m pip install -e ".[test]" --config-settings editable_mode=compat && python -m pytest -rs',
     ]
     ci = os.path.join(os.path.dirname(PKG), ".ci", "run")
     if os.path.isfile(ci):      # CI runs the README's test command as written
