@@ -212,3 +212,19 @@ def test_the_404_page_links_from_the_site_root_so_they_work_at_any_depth(tmp_pat
     links = re.findall(r'(?:href|src)="([^"#]+)"', (tmp_path / "site" / "404.html").read_text())
     local = [u for u in links if not u.startswith(("http://", "https://", "mailto:", "data:"))]
     assert local and all(u.startswith(root) for u in local), local
+
+
+def test_the_readme_links_work_on_the_package_index_page():
+    """PyPI shows README.md without the repository around it: a relative link (docs/queue.md) leads
+    nowhere there. Every link is absolute, and each one into the documentation site names a page
+    docs/ has."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)\s]+)\)", readme)
+    assert links
+    relative = [u for u in links if not u.startswith(("https://", "http://", "mailto:", "#"))]
+    assert relative == []
+    site = "https://pycudadrv.github.io/pycudadrv/"
+    for u in links:
+        if u.startswith(site):
+            page = u[len(site):].split("#", 1)[0].strip("/") or "index"
+            assert (ROOT / "docs" / f"{page}.md").is_file(), u
