@@ -12,10 +12,10 @@ from pycudadrv._marshal import ParamKind
 
 __all__ = ["Demangler", "Unreadable", "MANGLED_BUILTINS", "MANGLED_BUILTINS_D"]
 
-INT, UINT, FLOAT, POINTER = ParamKind.INT, ParamKind.UINT, ParamKind.FLOAT, ParamKind.POINTER
+INT, UINT, FLOAT, POINTER, BOOL = ParamKind.INT, ParamKind.UINT, ParamKind.FLOAT, ParamKind.POINTER, ParamKind.BOOL
 
 MANGLED_BUILTINS = {
-    "b": (UINT, 1), "c": (INT, 1), "a": (INT, 1), "h": (UINT, 1), "s": (INT, 2), "t": (UINT, 2),
+    "b": (BOOL, 1), "c": (INT, 1), "a": (INT, 1), "h": (UINT, 1), "s": (INT, 2), "t": (UINT, 2),
     "i": (INT, 4), "j": (UINT, 4), "l": (INT, 8), "m": (UINT, 8), "x": (INT, 8), "y": (UINT, 8),
     "f": (FLOAT, 4), "d": (FLOAT, 8), "w": (INT, 4), "n": (INT, 16), "o": (UINT, 16), "v": (None, 0),
 }

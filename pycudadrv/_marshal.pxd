@@ -30,6 +30,8 @@ cpdef enum ParamKind:
     POINTER = 4    # device pointer (8 bytes)
     BYTES = 5      # raw bytes: structs, arrays, vector types
     INTEGER = 6    # integer of `size` bytes, signedness unknown (PTX)
+    BOOL = 7       # C++ bool (1 byte): True/False, 0 or 1 only
+    BFLOAT16 = 8   # __nv_bfloat16 (2 bytes): floats converted, float16 refused (other bits)
 
 ctypedef struct ParamSpec:
     int kind

@@ -23,6 +23,8 @@ class ParamKind(enum.IntEnum):
     POINTER = 4
     BYTES = 5
     INTEGER = 6
+    BOOL = 7
+    BFLOAT16 = 8
 
 @disjoint_base
 class ParamLayout:

@@ -35,12 +35,13 @@ FLOAT32_MAX = 3.4028234663852886e38
 # (Compared with <=, as a bound that is itself finite, it costs no more than FLOAT32_MAX did.)
 cdef double _F32_FINITE = 3.4028235677973362e38
 cdef double _F16_LIMIT = 65520.0                 # 65504 + 16: half precision rounds this and beyond to inf
+cdef double _BF16_LIMIT = 3.3961775292304718e38  # bfloat16's largest finite plus half a unit: rounds to inf
 # Creating a ParamLayout takes this token (new_layout passes it): one made any other way would crash on use.
 cdef object _TOKEN = object()
 
 cdef tuple KIND_TEXT = ("parameter", "integer parameter", "unsigned integer parameter",
                         "floating-point parameter", "pointer parameter", "struct/bytes parameter",
-                        "integer parameter")
+                        "integer parameter", "bool parameter", "__nv_bfloat16 parameter")
 
 
 # --- numpy scalar fast path ---------------------------------------------------------------
@@ -225,7 +226,13 @@ cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsign
     cdef unsigned long long u = 0
     cdef size_t size = p.size
     cdef int kind = p.kind
-    if kind == FLOAT:
+    if kind == BOOL:
+        if overflow != 0 or not (v == 0 or v == 1):
+            raise _arg_error(lay, i, p, a, "a bool parameter takes True or False (or 0 and 1); any other value "
+                             "would be packed as a byte the kernel reads as neither", ArgumentValueError)
+        dst[0] = <unsigned char>v
+        return 0
+    if kind == FLOAT or kind == BFLOAT16:
         try:
             x = float(a)
         except OverflowError:
@@ -279,7 +286,20 @@ cdef int _pack_int(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsign
 cdef int _pack_float(double x, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst, object a) except -1:
     cdef float f
     cdef uint16_t h = 0
+    cdef uint32_t bits
     cdef int kind = p.kind
+    if kind == BFLOAT16:
+        if x == x and x != x * 2 and not (-_BF16_LIMIT < x < _BF16_LIMIT):
+            raise _arg_error(lay, i, p, a, "value out of range for a bfloat16 (it would become inf)",
+                             ArgumentTypeError)
+        f = <float>x
+        memcpy(&bits, &f, 4)
+        if x != x:
+            h = 0x7FC0 | <uint16_t>((bits >> 16) & 0x8000)      # a quiet NaN of the same sign
+        else:
+            h = <uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)     # to nearest, ties to even
+        memcpy(dst, &h, 2)
+        return 0
     if kind == FLOAT or kind == ANY:
         if p.size == 4:
             if x != x or -_F32_FINITE <= x <= _F32_FINITE or x == x * 2:
@@ -319,7 +339,7 @@ cdef int _pack_pointer(uint64_t ptr, ParamLayout lay, Py_ssize_t i, ParamSpec* p
 
 cdef int _pack_bytes(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigned char* dst) except -1:
     cdef Py_buffer view
-    if p.kind != BYTES and p.kind != ANY and not isinstance(a, np.generic):
+    if p.kind != BYTES and p.kind != ANY and p.kind != BFLOAT16 and not isinstance(a, np.generic):
         raise _arg_error(lay, i, p, a, "raw bytes fit struct parameters only")
     try:
         PyObject_GetBuffer(a, &view, PyBUF_SIMPLE)
@@ -394,6 +414,19 @@ cdef int _pack_slow(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsig
             raise _arg_error(lay, i, p, a, "a bool given to a pointer parameter")
         if p.kind == POINTER and dkind in "iu":
             return _pack_int(int(a), lay, i, p, dst)   # an address: range-checked like a Python int
+        if p.kind == BOOL:
+            if dkind in "biu":
+                return _pack_int(int(a), lay, i, p, dst)      # a bool, or an integer 0 or 1
+            raise _arg_error(lay, i, p, a, f"a numpy {a.dtype} scalar given to a bool parameter; pass True or False")
+        if p.kind == BFLOAT16:
+            if a.dtype.name == "bfloat16" or (dkind == "V" and a.dtype.itemsize == 2):
+                return _pack_bytes(a, lay, i, p, dst)          # ml_dtypes.bfloat16, or the raw two bytes
+            if dkind == "f" and a.dtype.itemsize == 2:
+                raise _arg_error(lay, i, p, a, "a numpy float16 given to a __nv_bfloat16 parameter: its bits mean "
+                                 "another number there (1.5 would read as 0.125); pass a Python float (rounded "
+                                 "to bfloat16) or an ml_dtypes.bfloat16 scalar")
+            raise _arg_error(lay, i, p, a, f"a numpy {a.dtype} scalar given to a __nv_bfloat16 parameter; pass a "
+                             "Python float (rounded to bfloat16) or an ml_dtypes.bfloat16 scalar")
         if p.kind in (INT, UINT, INTEGER, POINTER) and is_float:
             raise _arg_error(lay, i, p, a, "a numpy floating-point scalar given to an integer or pointer "
                              "parameter (its bits would be reinterpreted)")
@@ -496,7 +529,7 @@ cdef int pack_arg(object a, ParamLayout lay, Py_ssize_t i, ParamSpec* p, unsigne
     if t is bool and p.kind != POINTER:
         return _pack_int(1 if a is True else 0, lay, i, p, dst)
     cdef int k = _np_index(a)
-    if k >= 0 and <size_t>_np_size[k] == p.size and p.kind != POINTER and (
+    if k >= 0 and <size_t>_np_size[k] == p.size and p.kind != POINTER and p.kind != BOOL and p.kind != BFLOAT16 and (
             p.kind == ANY or p.kind == BYTES or
             ((p.kind == FLOAT) == _np_is_float[k] and not _np_is_complex[k])):
         memcpy(dst, <char*><void*>a + _np_offset[k], _np_size[k])   # bit for bit: the dtype was chosen

@@ -17,6 +17,12 @@ FLOAT      IEEE float of ``size`` bytes (2 = half); ints are converted
 POINTER    device pointer (8 bytes): Buffer, view, None, CAI object, int
 BYTES      raw bytes (structs, arrays): numpy structured scalars or
            bytes-like values of exactly ``size`` bytes
+BOOL       C++ ``bool`` (1 byte): True, False, a numpy bool, 0 or 1 (2 is
+           refused, never packed as the byte 2)
+BFLOAT16   ``__nv_bfloat16`` (2 bytes): a Python float or int is rounded to
+           bfloat16 (to nearest, ties to even); an ``ml_dtypes.bfloat16``
+           scalar or 2 raw bytes go as they are; ``np.float16`` is refused
+           (its bits mean another number)
 =========  ===========================================================
 
 ``const`` is True for a pointer to const data (the kernel only reads through
@@ -46,6 +52,7 @@ __all__ = ["Param", "ParamKind", "ptx_entries", "parse_signature", "mangled_para
 
 ANY, INT, UINT, FLOAT, POINTER, BYTES, INTEGER = (ParamKind.ANY, ParamKind.INT, ParamKind.UINT, ParamKind.FLOAT,
                                                   ParamKind.POINTER, ParamKind.BYTES, ParamKind.INTEGER)
+BOOL, BFLOAT16 = ParamKind.BOOL, ParamKind.BFLOAT16
 KIND_NAMES = {k: k.name.lower() for k in ParamKind}
 
 
@@ -57,6 +64,10 @@ class Param(NamedTuple):
     const: bool | None = None
 
     def describe(self) -> str:
+        if self.kind == BOOL:
+            return "bool"
+        if self.kind == BFLOAT16:
+            return "bfloat16"
         if self.kind == BYTES:
             return f"bytes[{self.size} bytes]"
         if self.kind == POINTER:
@@ -165,14 +176,14 @@ def ptx_entries(ptx: str) -> dict:
 # --- C types ----------------------------------------------------------------------------------
 
 _C_TYPES = {
-    "bool": (UINT, 1), "char": (INT, 1), "signed char": (INT, 1), "unsigned char": (UINT, 1),
+    "bool": (BOOL, 1), "char": (INT, 1), "signed char": (INT, 1), "unsigned char": (UINT, 1),
     "int8_t": (INT, 1), "uint8_t": (UINT, 1),
     "short": (INT, 2), "unsigned short": (UINT, 2), "int16_t": (INT, 2), "uint16_t": (UINT, 2),
     "int": (INT, 4), "unsigned": (UINT, 4), "unsigned int": (UINT, 4), "int32_t": (INT, 4), "uint32_t": (UINT, 4),
     "long": (INT, 8), "unsigned long": (UINT, 8), "long long": (INT, 8), "unsigned long long": (UINT, 8),
     "int64_t": (INT, 8), "uint64_t": (UINT, 8), "size_t": (UINT, 8), "ptrdiff_t": (INT, 8),
     "half": (FLOAT, 2), "__half": (FLOAT, 2), "float": (FLOAT, 4), "double": (FLOAT, 8),
-    "__nv_bfloat16": (BYTES, 2, 2), "nv_bfloat16": (BYTES, 2, 2),
+    "__nv_bfloat16": (BFLOAT16, 2, 2), "nv_bfloat16": (BFLOAT16, 2, 2),
     "half2": (BYTES, 4, 4), "__half2": (BYTES, 4, 4), "__nv_bfloat162": (BYTES, 4, 4),
     "intptr_t": (INT, 8), "uintptr_t": (UINT, 8), "CUdeviceptr": (POINTER, 8),
     "cudaGraphConditionalHandle": (UINT, 8), "cudaGraphDeviceNode_t": (POINTER, 8),
@@ -256,11 +267,13 @@ def _dtype_type(dt, what):
                                  "have no long double; use double")
     if dt.itemsize == 0:
         raise ArgumentValueError(f"parameter type {what} has 0 bytes: a kernel parameter has at least one")
+    if dt.name == "bfloat16" and dt.itemsize == 2:      # ml_dtypes.bfloat16
+        return (BFLOAT16, 2, 2, None)
     if dt.fields is not None or dt.kind == "V":
         return (BYTES, dt.itemsize, dt.alignment, None)
     if dt.kind == "c":
         return (BYTES, dt.itemsize, dt.itemsize // 2, None)
-    kind = {"i": INT, "u": UINT, "b": UINT, "f": FLOAT}.get(dt.kind)
+    kind = {"i": INT, "u": UINT, "b": BOOL, "f": FLOAT}.get(dt.kind)
     if kind is None:
         raise ArgumentValueError(f"unsupported parameter dtype {dt} in signature")
     return (kind, dt.itemsize, dt.alignment, None)
@@ -502,6 +515,8 @@ def merge_layout(base, detail, detail_name: str):
             return base, False
         if kind in (INT, UINT) and size == 16 and p.kind == BYTES:
             out.append(Param(kind, 16, p.align, p.offset, None))   # __int128: PTX gives .b8[16]
+        elif kind in (BOOL, BFLOAT16) and p.kind in (BYTES, INT, UINT, INTEGER, ANY):
+            out.append(Param(kind, p.size, p.align, p.offset, None))   # PTX: .u8 / .b8[2]; the declaration says more
         elif kind == BYTES or p.kind == BYTES:
             out.append(p)           # structs and vectors: the sizes say enough
         elif kind == POINTER and p.size == 8 and p.kind in (POINTER, INTEGER, ANY):
@@ -543,7 +558,8 @@ def as_layout(layout, kernel: str = "kernel") -> list:
 
 
 # The sizes a parameter of each kind can have (ANY and BYTES: any size).
-_KIND_SIZES = {INT: (1, 2, 4, 8, 16), UINT: (1, 2, 4, 8, 16), INTEGER: (1, 2, 4, 8), FLOAT: (2, 4, 8), POINTER: (8,)}
+_KIND_SIZES = {INT: (1, 2, 4, 8, 16), UINT: (1, 2, 4, 8, 16), INTEGER: (1, 2, 4, 8), FLOAT: (2, 4, 8), POINTER: (8,),
+               BOOL: (1,), BFLOAT16: (2,)}
 
 
 def check_layout(layout, kernel: str, limit: int) -> list:
@@ -567,8 +583,8 @@ def check_layout(layout, kernel: str, limit: int) -> list:
             v = getattr(prm, what)
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
                 raise ArgumentTypeError(f"{where}: {what} must be an int, got {_bounded_repr(v)}")
-        if not ANY <= prm.kind <= INTEGER:
-            raise ArgumentValueError(f"{where}: kind {_bounded_repr(prm.kind)} is not a ParamKind (0..6): "
+        if not ANY <= prm.kind <= BFLOAT16:
+            raise ArgumentValueError(f"{where}: kind {_bounded_repr(prm.kind)} is not a ParamKind (0..8): "
                                      f"{_bounded_repr(prm, 120)}")
         if prm.size <= 0:
             raise ArgumentValueError(f"{where} has {prm.size} bytes: a kernel parameter has at least one")

@@ -265,8 +265,8 @@ def test_pack_arguments_name_must_be_a_str():
 
 
 @pytest.mark.parametrize("param, says", [
-    (Param(7, 4, 4, 0), "kind 7 is not a ParamKind (0..6)"),
-    (Param(2**70, 4, 4, 0), "is not a ParamKind (0..6)"),
+    (Param(9, 4, 4, 0), "kind 9 is not a ParamKind (0..8)"),
+    (Param(2**70, 4, 4, 0), "is not a ParamKind (0..8)"),
     (Param(INT, 3, 4, 0), "int parameters have 1, 2, 4, 8 or 16 bytes, not 3"),
     (Param(sig.POINTER, 4, 4, 0), "pointer parameters have 8 bytes, not 4"),
     (Param(sig.FLOAT, 16, 16, 0), "float parameters have 2, 4 or 8 bytes, not 16"),
