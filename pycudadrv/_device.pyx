@@ -73,11 +73,17 @@ cdef int _log_startup(int n) except -1:
 
 def _parse_selection(spec, str where):
     if isinstance(spec, str):
-        parts = [p.strip() for p in spec.split(",") if p.strip()]
+        parts = [p.strip() for p in spec.split(",")]
+        if len(parts) > 1 and "" in parts:
+            raise ArgumentValueError(f"{where}: an empty entry in the device list {spec!r}; give ordinals separated "
+                                     "by single commas (\"0,1\")")
         try:
-            spec = [int(p) for p in parts]
+            spec = [int(p) for p in parts if p]
         except ValueError:
             raise ArgumentValueError(f"{where}: expected comma-separated device ordinals, got {spec!r}") from None
+    elif isinstance(spec, (bytes, bytearray, dict, set, frozenset)) or not isinstance(spec, (list, tuple, range)):
+        raise ArgumentTypeError(f"{where}: device ordinals are a list or tuple of ints or a comma-separated str, "
+                                f"got {type(spec).__name__} {spec!r:.60}")
     out = []
     for x in spec:
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)):

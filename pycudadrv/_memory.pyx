@@ -209,6 +209,7 @@ cdef class Buffer:
     def zeros(shape, dtype=None, *, device=None, stream=None, async_alloc=True, usage=None):
         """Like :meth:`empty`, then set to zero (``cuMemsetD8Async``)."""
         async_alloc = yes_no(async_alloc, "async_alloc", "Buffer.zeros")
+        usage_bits(usage, "Buffer.zeros")
         b = Buffer.empty(shape, dtype, device=device, stream=stream, async_alloc=async_alloc, usage=usage)
         b.fill(0)
         return b
@@ -221,6 +222,10 @@ cdef class Buffer:
         soon as this returns); ``usage`` as in :meth:`empty`. Raises as
         :meth:`empty` and :meth:`write`."""
         async_alloc = yes_no(async_alloc, "async_alloc", "Buffer.from_numpy")
+        usage_bits(usage, "Buffer.from_numpy")
+        if isinstance(array, str):
+            raise ArgumentTypeError(f"Buffer.from_numpy: array must be an array of numbers (a numpy array or any "
+                                    f"buffer-protocol object), got str {short_repr(array)}")
         arr = np.ascontiguousarray(array)
         if arr.dtype.hasobject:
             raise ArgumentTypeError(f"Buffer.from_numpy: array must be an array of numbers (a numpy array or any "

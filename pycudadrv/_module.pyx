@@ -63,6 +63,8 @@ def image_kind(image):
     empty image, binary data that is neither, or text that is not PTX (no
     ``.version`` directive, which every PTX module has: a file path, say,
     whose file was meant to be read)."""
+    if not isinstance(image, (bytes, str)) and hasattr(image, "target") and hasattr(image, "image"):
+        image = image.image         # an ObjectCode
     if not isinstance(image, (bytes, str)):
         image = _image_bytes(image, "image_kind")
     text = image
@@ -73,6 +75,9 @@ def image_kind(image):
         raise ArgumentValueError("empty module image" if not b else "module image starts with NUL bytes: not "
                                  "PTX, CUBIN or fatbin")
     if b == ELF_MAGIC:
+        if len(image) < 64:
+            raise ArgumentValueError(f"module image is a truncated ELF file ({len(image)} bytes; an ELF header alone "
+                                     "is 64): not a CUBIN")
         return "cubin"
     if b == FATBIN_MAGIC:
         return "fatbin"

@@ -286,7 +286,11 @@ cdef class Stream:
         cdef Stream s = Stream.__new__(Stream, _WRAP)
         raw = handle
         if hasattr(handle, "__cuda_stream__"):
-            raw = handle.__cuda_stream__()[1]
+            got = handle.__cuda_stream__()
+            if not isinstance(got, tuple) or len(got) != 2:
+                raise ArgumentTypeError(f"Stream.from_handle: {type(handle).__name__}.__cuda_stream__() must return "
+                                        f"(version, handle), got {type(got).__name__} {got!r:.60}")
+            raw = got[1]
         elif not isinstance(handle, int):
             for attr in ("cuda_stream", "ptr", "handle"):
                 if hasattr(handle, attr):

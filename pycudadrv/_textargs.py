@@ -4,6 +4,7 @@ rule and one message for each, before any library sees them. Pure Python."""
 from __future__ import annotations
 
 import operator
+import os
 import shlex
 from collections.abc import Mapping
 from typing import Any
@@ -74,8 +75,13 @@ def _strings(v: Any, what: str, split: bool = False, who: str = "compile") -> tu
         except TypeError:
             raise ArgumentTypeError(f"{who}: {what} must be a sequence of strings, got {type(v).__name__}") \
                 from None
+    if what == "include_paths":     # directories: a pathlib.Path is one too
+        out = tuple(os.fspath(s) if isinstance(s, os.PathLike) else s for s in out)
     for s in out:
-        if not isinstance(s, str) or "\0" in s:
+        if not isinstance(s, str):
+            raise ArgumentTypeError(f"{who}: {what} must be strings, got {type(s).__name__} {short_repr(s)}"
+                                    + (" (decode bytes first)" if isinstance(s, (bytes, bytearray)) else ""))
+        if "\0" in s:
             raise ArgumentTypeError(f"{who}: {what} must be strings without NUL bytes, got {s!r}")
         _encodable(s, f"{what} entry {s!r}", who)
     return out

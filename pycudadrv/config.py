@@ -469,6 +469,11 @@ def show_config(file: IO[str] | None = None) -> str:
         device or library: the line says what is missing. :func:`config_info`
         gives the same as a dict.
     """
+    if file is not None and not callable(getattr(file, "write", None)):
+        from pycudadrv._errors import ArgumentTypeError
+
+        raise ArgumentTypeError(f"show_config: file must be a text file (an object with write()) or None, got "
+                                f"{type(file).__name__} {file!r:.60}")
     text = _format(config_info())
     print(text, end="", file=file if file is not None else sys.stdout)
     return text

@@ -123,6 +123,14 @@ class Dispatch(DispatchBase):
                  indirect_mode: str = "auto") -> None:
         if indirect_mode not in _INDIRECT_MODES:
             raise ArgumentValueError(f"indirect_mode must be one of {_INDIRECT_MODES}, got {indirect_mode!r}")
+        if not isinstance(pass_, Pass):
+            raise ArgumentTypeError(f"Dispatch: pass_ must be a Pass (encoder.pass_(label) gives one), got "
+                                    f"{type(pass_).__name__} {short_repr(pass_)}")
+        from pycudadrv._launch import Function as _Function
+
+        if not isinstance(function, _Function):
+            raise ArgumentTypeError(f"Dispatch: function must be a Function (module.function(name)), got "
+                                    f"{type(function).__name__} {short_repr(function)}")
         self.indirect_mode = indirect_mode
         self._pass = pass_
         self.function = function

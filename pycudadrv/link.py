@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, Union
 
 from pycudadrv import _compile_cache
-from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LinkError, LinkerUnavailableError
+from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, LinkError, LinkerUnavailableError, short_repr
 from pycudadrv._linklibs import _identity, _link_error, _load, _version, fatbin_image
 from pycudadrv.nvrtc import ObjectCode, _parse_arch
 from pycudadrv._textargs import yes_no, _strings
@@ -136,6 +136,9 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
         No entry (a fatbin of nothing loads nothing), an unknown kind or a
         malformed arch.
     """
+    if not isinstance(identifier, str) or not identifier or "\0" in identifier:
+        raise ArgumentTypeError(f"build_fatbin: identifier must be a non-empty str without NUL bytes (a name for "
+                                f"the entries), got {type(identifier).__name__} {identifier!r:.60}")
     checked = []
     listed = _fatbin_entry_list(entries)
     if not listed:
@@ -362,17 +365,27 @@ class Linker:
         (ELF type ET_EXEC: compiled without ``-rdc=true``, so nvJitLink would
         drop its kernels); ArgumentTypeError for another type."""
         src_obj: ObjectCode | None = None
+        if name is not None and (not isinstance(name, str) or "\0" in name):
+            raise ArgumentTypeError(f"Linker.add: name must be a str (the input's name in nvJitLink's messages) or "
+                                    f"None, got {type(name).__name__} {name!r:.60}")
+        if isinstance(obj, os.PathLike):
+            obj = os.fspath(obj)
+            if isinstance(obj, bytes):
+                obj = os.fsdecode(obj)
         if isinstance(obj, ObjectCode):
             if kind is not None and kind != obj.target:
                 raise ArgumentValueError(f"Linker.add: kind={kind!r} but the ObjectCode is {obj.target}")
             data, kind, src_obj = obj.image, obj.target, obj  # type: ignore[assignment]
             name = name or obj.name
         elif isinstance(obj, str):
+            if "\n" in obj or ".version" in obj:
+                raise ArgumentTypeError("Linker.add: a str is a file path; this one looks like PTX text: pass its bytes "
+                                        f"(text.encode()), got {short_repr(obj)}")
             try:
                 with open(obj, "rb") as f:
                     data = f.read()
             except OSError as e:
-                raise ArgumentValueError(f"Linker.add: cannot read {obj!r}: {e.strerror}") from None
+                raise ArgumentValueError(f"Linker.add: cannot read {short_repr(obj)}: {e.strerror}") from None
             name = name or os.path.basename(obj)
         elif isinstance(obj, (bytes, bytearray, memoryview)):
             data = bytes(obj)

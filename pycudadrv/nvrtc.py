@@ -514,6 +514,9 @@ def compile(source: str | bytes, *, name: str = "kernel.cu", options: str | Sequ
         for hk, hv in headers.items():
             if not isinstance(hk, str) or not isinstance(hv, str) or "\0" in hk or "\0" in hv:
                 raise ArgumentTypeError(f"compile: header {hk!r} must map a str name to str source without NUL bytes")
+            if not hk.strip():
+                raise ArgumentValueError(f"compile: header name {hk!r} is empty: give the name the source "
+                                         "#includes (e.g. \"params.h\")")
             _encodable(hk, "a header name", "compile")
             _encodable(hv, f"header {hk!r}", "compile")
     hdrs = dict(headers or {})

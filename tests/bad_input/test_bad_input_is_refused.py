@@ -171,6 +171,16 @@ def test_set_launch_hook_takes_none_or_an_object_with_before_and_after(hook):
 
 # --- malformed input to the module, memory and marshalling functions -------------------------------
 
+class _CudaStream:
+    """An object whose __cuda_stream__ returns what it is given (a malformed protocol answer)."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def __cuda_stream__(self):
+        return self.answer
+
+
 @pytest.mark.parametrize("call, error, says", [
     (lambda: cd.image_kind(None), cd.ArgumentTypeError, "image_kind: a module image is bytes-like"),
     (lambda: cd.image_kind(5), cd.ArgumentTypeError, "got int"),
@@ -213,6 +223,28 @@ def test_set_launch_hook_takes_none_or_an_object_with_before_and_after(hook):
      cd.ArgumentValueError, "compile: include_paths entry '/nonexistent/include' is not a directory (it does not exist)"),
     (lambda: cd.compile("__global__ void k() {}", arch="sm_90", include_paths=[__file__]),
      cd.ArgumentValueError, "is not a directory (it is a file: give the directory that holds it)"),
+    (lambda: cd.build_fatbin([("ptx", b".version 8.0\n.target sm_90\n", "sm_90")], identifier=5), cd.ArgumentTypeError,
+     "build_fatbin: identifier must be a non-empty str without NUL bytes"),
+    (lambda: cd.build_fatbin([("ptx", b".version 8.0\n.target sm_90\n", "sm_90")], identifier="a\0b"),
+     cd.ArgumentTypeError, "identifier must be a non-empty str without NUL bytes"),
+    (lambda: cd.Linker(arch="sm_90").add(b".version 8.0\n.target sm_90\n", name=5), cd.ArgumentTypeError,
+     "Linker.add: name must be a str"),
+    (lambda: cd.Linker(arch="sm_90").add(".version 8.0\n.target sm_90\n.address_size 64\n"), cd.ArgumentTypeError,
+     "Linker.add: a str is a file path; this one looks like PTX text: pass its bytes"),
+    (lambda: cd.show_config(file="x"), cd.ArgumentTypeError, "show_config: file must be a text file"),
+    (lambda: cd.dispatch.Dispatch(None, None), cd.ArgumentTypeError, "Dispatch: pass_ must be a Pass"),
+    (lambda: cd.Stream.from_handle(_CudaStream(())), cd.ArgumentTypeError,
+     "Stream.from_handle: _CudaStream.__cuda_stream__() must return (version, handle), got tuple ()"),
+    (lambda: cd.Stream.from_handle(_CudaStream(5)), cd.ArgumentTypeError, "must return (version, handle), got int 5"),
+    (lambda: cd.select_devices(5), cd.ArgumentTypeError, "select_devices: device ordinals are a list or tuple"),
+    (lambda: cd.select_devices(b"0"), cd.ArgumentTypeError, "select_devices: device ordinals are a list or tuple"),
+    (lambda: cd.select_devices("0,,1"), cd.ArgumentValueError, "select_devices: an empty entry in the device list"),
+    (lambda: cd.compile("__global__ void k() {}", arch="sm_90", options=[b"-DX"]), cd.ArgumentTypeError,
+     "compile: options must be strings, got bytes b'-DX' (decode bytes first)"),
+    (lambda: cd.compile("__global__ void k() {}", arch="sm_90", headers={"": "int y;"}), cd.ArgumentValueError,
+     "compile: header name '' is empty"),
+    (lambda: cd.image_kind(b"\x7fELF"), cd.ArgumentValueError, "truncated ELF file (4 bytes"),
+    (lambda: cd.Buffer.from_numpy("abc"), cd.ArgumentTypeError, "Buffer.from_numpy: array must be an array of numbers"),
     (lambda: sig.ptx_entries(b".entry k()"), cd.ArgumentTypeError,
      "ptx_entries: ptx must be PTX text as a str; decode bytes first (ptx.decode()), got bytes b'.entry k()'"),
     (lambda: sig.ptx_entries(None), cd.ArgumentTypeError, "ptx_entries: ptx must be PTX text as a str, got NoneType None"),

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import pycudadrv as cd
@@ -50,8 +51,10 @@ def test_a_usage_that_is_not_a_flag_set_is_refused_before_the_driver_is_asked(us
 def test_an_empty_usage_is_refused():
     with pytest.raises(cd.ArgumentValueError, match="Buffer.empty: usage is empty"):
         cd.Buffer.empty(16, usage=cd.BufferUsages(0))
-    with pytest.raises(cd.ArgumentValueError, match="Buffer.empty: usage is empty"):
+    with pytest.raises(cd.ArgumentValueError, match="Buffer.zeros: usage is empty"):
         cd.Buffer.zeros(4, "f4", usage=cd.BufferUsages(0))
+    with pytest.raises(cd.ArgumentTypeError, match="Buffer.from_numpy: usage"):
+        cd.Buffer.from_numpy(np.zeros(4, np.float32), usage="x")
 
 
 def test_the_missing_usage_error_names_the_buffer_the_usage_needed_and_the_one_it_has():

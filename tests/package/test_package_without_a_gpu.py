@@ -32,7 +32,9 @@ def test_fnv1a64_accepts_any_bytes_like():
 # --- image kinds ----------------------------------------------------------------
 
 def test_image_kind_tells_elf_fatbin_and_ptx_apart():
-    assert cd.image_kind(b"\x7fELF\x02\x01\x01") == "cubin"
+    assert cd.image_kind(b"\x7fELF\x02\x01\x01" + bytes(57)) == "cubin"
+    with pytest.raises(cd.ArgumentValueError, match="truncated ELF file \\(7 bytes"):
+        cd.image_kind(b"\x7fELF\x02\x01\x01")
     assert cd.image_kind(b"\x50\xed\x55\xba\x01\x00") == "fatbin"
     assert cd.image_kind(b"//\n.version 8.0\n.target sm_90\n") == "ptx"
 
