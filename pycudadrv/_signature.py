@@ -291,6 +291,10 @@ def _one_type(t):
         s = t.strip()
         if not re.fullmatch(r"[A-Za-z][\w]*", s):
             raise ArgumentValueError(f"unknown parameter type {t[:200]!r} in signature")
+        if s == "uint":
+            raise ArgumentValueError("parameter type 'uint' is ambiguous: 32 bits where CUDA code typedefs it as "
+                                     "unsigned int, 64 as numpy's uint; write 'unsigned int' or 'uint32' (or "
+                                     "'uint64')")
         try:
             dt = np.dtype(s)
         except TypeError:
@@ -424,6 +428,41 @@ _LEX_RE = re.compile(r"""
 _BRACE_RE = re.compile(r'extern\s+"C"\s*(\{)?|[{}]')
 
 
+# `typedef unsigned int uint;` and `using real = float;` of a plain C type (bounded: linear scan).
+_TYPEDEF_RE = re.compile(r"\btypedef\s+([A-Za-z_][\w \t\n*]{0,120}?)\s*\b([A-Za-z_]\w*)\s*;")
+_USING_RE = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=\s*([A-Za-z_][\w \t\n*]{0,120}?)\s*;")
+
+
+def _typedefs(text):
+    """``{name: type text}`` of the source's typedefs and aliases of plain C types; a name defined twice
+    differently (``#if`` branches) is left out."""
+    seen: dict[str, str] = {}
+    clash: set[str] = set()
+    pairs = [(m.group(2), m.group(1)) for m in _TYPEDEF_RE.finditer(text)] + \
+            [(m.group(1), m.group(2)) for m in _USING_RE.finditer(text)]
+    for name, body in pairs:
+        body = " ".join(body.split())
+        if name in seen and seen[name] != body:
+            clash.add(name)
+        seen[name] = body
+    return {k: v for k, v in seen.items() if k not in clash}
+
+
+def _resolve_typedefs(decl, typedefs):
+    """``decl`` ('uint n') with its type words that are typedef names replaced by their types ('unsigned int
+    n'), through chains of typedefs (8 deep at most); the parameter name (the last word) is kept."""
+    if not typedefs:
+        return decl
+    for _ in range(8):
+        words = decl.replace("*", " * ").split()
+        last = len(words) - 1 if len(words) > 1 and _WORD_RE.fullmatch(words[-1]) else len(words)
+        out = [typedefs.get(w, w) if k < last else w for k, w in enumerate(words)]
+        if out == words:
+            return decl
+        decl = " ".join(out)
+    return decl
+
+
 def _lex_out(m):
     t = m.group(0)
     if t == '"C"':
@@ -455,9 +494,11 @@ def _extern_c_depths(text):
 
 def source_params(source: str) -> dict:
     """``{name: [(kind, size, align, const) or None, ...]}`` for each
-    ``extern "C"`` kernel declared in CUDA C++ ``source`` (parameters whose
-    type is not a plain C type, e.g. a typedef or a template parameter, are
-    None: the PTX decides those). Kernels in templates or with C++ linkage
+    ``extern "C"`` kernel declared in CUDA C++ ``source`` (a typedef or
+    ``using`` alias of a plain C type in the source is resolved to it:
+    ``typedef unsigned int uint;`` makes ``uint n`` an unsigned 32-bit
+    integer; parameters of other types, e.g. a struct or a template
+    parameter, are None: the PTX decides those). Kernels in templates or with C++ linkage
     are skipped (their mangled names carry their types). So is a kernel
     declared more than once with different parameter types (``#if``/``#else``
     branches, which this reader does not evaluate): its layout comes from the
@@ -467,6 +508,7 @@ def source_params(source: str) -> dict:
     ``source`` is not a str (bytes included: decode them first)."""
     _check_text(source, "source_params", "source", "CUDA C++ text")
     text = _LEX_RE.sub(_lex_out, source)
+    typedefs = _typedefs(text)
     positions, depths = _extern_c_depths(text)
     out: dict[str, list] = {}
     conflicting: set[str] = set()
@@ -483,7 +525,7 @@ def source_params(source: str) -> dict:
         decl = []
         for p in params:
             try:
-                decl.append(_c_type(p.split("=")[0].strip()))
+                decl.append(_c_type(_resolve_typedefs(p.split("=")[0].strip(), typedefs)))
             except ArgumentValueError:
                 decl.append(None)
         name = m.group(1)

@@ -97,3 +97,45 @@ def test_the_kernel_reads_the_declared_values(rng):
         with pytest.raises(cd.ArgumentTypeError, match="numpy float16"):
             fn.launch(1, 1, out, False, np.float16(h), n)
         np.testing.assert_array_equal(out.to_numpy(), got)      # nothing ran for the refused launches
+
+
+# --- typedefs of the kernel's source ---------------------------------------------------------------
+
+TYPEDEFS = r"""
+typedef unsigned int uint;
+typedef uint count_t;                 // a typedef of a typedef
+using real = float;
+typedef float* fptr;
+#if FANCY
+typedef int flip;
+#else
+typedef long long flip;               // defined twice differently: left to the PTX
+#endif
+extern "C" __global__ void k(fptr y, const real* x, real a, count_t n, uint m, flip f) {}
+"""
+
+
+def test_typedefs_of_plain_c_types_in_the_source_are_resolved():
+    decl = sig.source_params(TYPEDEFS)["k"]
+    assert decl[0][0] == ParamKind.POINTER and decl[1] == (ParamKind.POINTER, 8, 8, True)
+    assert decl[2][:2] == (ParamKind.FLOAT, 4)
+    assert decl[3][:2] == (ParamKind.UINT, 4) and decl[4][:2] == (ParamKind.UINT, 4)
+    assert decl[5] is None
+
+
+def test_a_typedefd_unsigned_parameter_refuses_a_negative_value_the_ptx_alone_would_take():
+    src = 'typedef unsigned int uint;\nextern "C" __global__ void k(float* y, uint n) { if (n) y[0] = 1.0f; }'
+    obj = cd.compile(src, arch="sm_90", target="ptx")
+    ptx = sig.ptx_entries(obj.image.decode())["k"]
+    assert cd.pack_arguments(ptx, [None, -1])[0][1] == b"\xff\xff\xff\xff"      # the PTX's .u32 takes either sign
+    merged, used = sig.merge_layout(ptx, obj.source_decls["k"], "source")
+    assert used and merged[1].kind == ParamKind.UINT
+    with pytest.raises(cd.ArgumentTypeError, match="out of range for a 32-bit unsigned integer"):
+        cd.pack_arguments(merged, [None, -1])
+
+
+def test_uint_in_a_signature_is_refused_as_ambiguous():
+    with pytest.raises(cd.ArgumentValueError, match="'uint' is ambiguous"):
+        sig.parse_signature("float*, uint")
+    assert sig.parse_signature("unsigned int")[0][:2] == (ParamKind.UINT, 4)
+    assert sig.parse_signature("uint32")[0][:2] == (ParamKind.UINT, 4)
