@@ -27,7 +27,8 @@ from pycudadrv._queue import ASYNC_ERROR_CODES, QueueCore
 from pycudadrv._interop import span as _span
 from pycudadrv.dispatch import Dispatch
 from pycudadrv._event import Event
-from pycudadrv._stream import Stream
+from pycudadrv._stream import Stream, synchronize_context
+from pycudadrv._textargs import yes_no
 from pycudadrv._uninit import missing
 
 __all__ = ["Queue", "Submission", "set_queue_defaults", "get_queue_defaults", "reset_queue_defaults"]
@@ -272,6 +273,8 @@ class Queue(QueueCore):
         kernels and other plan executions that touch that memory wait for it
         and it waits for them. Operands as the plan takes them (Buffers,
         views, CAI arrays; shapes and dtypes the plan's). ``timed=True``
+        first drains the device (``cuCtxSynchronize``, as zyx's timed plan
+        runs do: no earlier work of any stream shares the GPU with it), then
         records timing events around it: ``sub.elapsed_ms()`` is the
         execution's GPU time in milliseconds.
 
@@ -299,6 +302,8 @@ class Queue(QueueCore):
             if isinstance(x, Buffer):
                 fresh.append(x)
         token = self._access_of(access, fresh)
+        if yes_no(timed, "timed", "Queue.matmul"):
+            synchronize_context(self.device)    # the timing is the plan's alone, never contended by earlier work
         return self._issue_call(token, f"cuDNN matmul {plan.m}x{plan.n}x{plan.k} ({plan.dtype})", stream,
                                 lambda s: plan(a, b, out, stream=s), (plan, a, b, out), True, timed)
 

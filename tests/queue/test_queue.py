@@ -65,6 +65,7 @@ def fake(monkeypatch):
     monkeypatch.setattr(qmod, "Stream", FakeStream)
     monkeypatch.setattr(qmod, "Event", FakeEvent)
     monkeypatch.setattr(qmod, "Buffer", FakeBuffer)
+    monkeypatch.setattr(qmod, "synchronize_context", lambda device: None)     # a timed plan's drain
     return GPU
 
 
@@ -1436,6 +1437,26 @@ class FakePlan:
         return "<FakePlan>"
 
 
+def test_a_timed_plan_execution_drains_the_device_first_and_an_untimed_one_does_not(fake, monkeypatch):
+    monkeypatch.setattr(qmod, "_plan_type", lambda: FakePlan)
+    drained = []
+    monkeypatch.setattr(qmod, "synchronize_context", lambda device: drained.append(len(GPU.log)))
+    q = cd.Queue(streams=2)
+    a, b, out, ws = buffers(4)
+    plan = FakePlan(ws)
+    for _ in range(2):
+        q.launch(FakeKernel("before", "float* a"), 1, 32, a, stream=q.streams[0])
+        n = len(drained)
+        q.matmul(plan, b, b, out, stream=q.streams[1])
+        assert len(drained) == n                                   # untimed: no drain
+        at = len(GPU.log)
+        q.matmul(plan, b, b, out, stream=q.streams[1], timed=True)
+        assert drained[-1] == at and len(drained) == n + 1         # timed: drained before the plan was issued
+        assert GPU.log[at:] and ("launch", q.streams[1].id, "plan") in GPU.log[at:]
+    with pytest.raises(cd.ArgumentTypeError, match="Queue.matmul: timed must be True or False"):
+        q.matmul(plan, b, b, out, timed="yes")
+
+
 def test_a_plan_execution_is_ordered_against_kernels_by_its_reads_and_writes(fake, monkeypatch):
     monkeypatch.setattr(qmod, "_plan_type", lambda: FakePlan)
     q = cd.Queue(streams=2)
@@ -1543,7 +1564,7 @@ def test_a_fault_behind_an_upload_names_the_kernel_not_the_upload():
     assert re.search(r"the earliest (kernel|submission) not seen complete is kernel 'wild_write'", got["message"])
 
 
-# --- Queue.launch's own argument handling (a METH_FASTCALL method: no Python wrapper) ---------------
+# --- Queue.launch's own argument handling ---------------------------------------------------------
 
 def test_queue_launch_without_fn_grid_and_block_is_an_argument_type_error_naming_the_call(fake):
     q = cd.Queue(streams=2)
