@@ -81,8 +81,8 @@ def _parse_selection(spec, str where):
             spec = [int(p) for p in parts if p]
         except ValueError:
             raise ArgumentValueError(f"{where}: expected comma-separated device ordinals, got {spec!r}") from None
-    elif isinstance(spec, (bytes, bytearray, dict, set, frozenset)) or not isinstance(spec, (list, tuple, range)):
-        raise ArgumentTypeError(f"{where}: device ordinals are a list or tuple of ints or a comma-separated str, "
+    elif isinstance(spec, (bytes, bytearray, dict, set, frozenset)) or not hasattr(spec, "__iter__"):
+        raise ArgumentTypeError(f"{where}: device ordinals are a sequence of ints (in order) or a comma-separated str, "
                                 f"got {type(spec).__name__} {spec!r:.60}")
     out = []
     for x in spec:
