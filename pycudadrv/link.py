@@ -18,6 +18,7 @@ import ctypes
 import glob
 import json
 import os
+import re
 import struct
 import queue
 import threading
@@ -143,10 +144,24 @@ def build_fatbin(entries: Sequence[tuple[str, bytes, str]], *, identifier: str =
     listed = _fatbin_entry_list(entries)
     if not listed:
         raise ArgumentValueError("build_fatbin: entries is empty; give at least one (kind, data, arch) entry")
-    for kind, data, arch in listed:
+    for k, (kind, data, arch) in enumerate(listed):
         a = _parse_arch(arch, "an entry's arch", "build_fatbin")
         if kind not in ("cubin", "ptx", "ltoir"):
             raise ArgumentValueError(f"build_fatbin: entry kind must be 'cubin', 'ptx' or 'ltoir', got {kind!r}")
+        number = int(a.split("_", 1)[1].rstrip("af"))
+        if kind == "cubin":
+            if a.startswith("compute_"):
+                raise ArgumentValueError(f"build_fatbin: entry #{k} is a CUBIN labelled {a}, a virtual "
+                                         "architecture: a CUBIN is machine code for a real one (sm_XX)")
+            info = cubin_elf_info(bytes(data))
+            if info is not None and info[1] and info[1] != number:
+                raise ArgumentValueError(f"build_fatbin: entry #{k} is a CUBIN for sm_{info[1]} labelled {a}: the "
+                                         "driver would pick it for the wrong GPU")
+        elif kind == "ptx":
+            m = re.search(rb"^\s*\.target\s+(?:sm|compute)_([0-9]+)", bytes(data), re.M)
+            if m is not None and int(m.group(1)) > number:
+                raise ArgumentValueError(f"build_fatbin: entry #{k} is PTX for .target sm_{int(m.group(1))} labelled "
+                                         f"{a}: a GPU of {a} cannot JIT it")
         checked.append((kind, data, a))
     opts = [o.encode() for o in _strings(options, "options", who="build_fatbin")]
     return fatbin_image(checked, identifier, opts)

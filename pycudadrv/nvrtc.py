@@ -145,7 +145,14 @@ def default_include_dirs() -> list[str]:
     nvidia-* wheels share one include folder), then in pycudadrv's one list
     of CUDA include directories (:func:`pycudadrv._paths.cuda_include_candidates`:
     toolkit roots, the nvidia-* wheels, ``/usr/include``); the first complete
-    one wins."""
+    one wins. The same answer before and after NVRTC is first used: the
+    library is looked for here when it was not loaded yet (none found:
+    the list alone decides)."""
+    if _lib_path is None:
+        try:
+            _load()
+        except NvrtcUnavailableError:
+            pass
     return _includes.device_include_dirs(_lib_path)
 
 

@@ -148,3 +148,28 @@ def test_linker_switches_must_be_bools(kw, value):
     with pytest.raises(cd.ArgumentTypeError, match=re.escape(f"Linker: {kw} must be True or False (or a numpy bool, 0 or 1), "
                                                             f"got {type(value).__name__} {value!r}")):
         cd.Linker(arch="sm_90", **{kw: value})
+
+
+ONE_KERNEL = 'extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.0f; }'
+
+
+def test_build_fatbin_refuses_an_entry_labelled_for_another_architecture_than_its_code():
+    cubin = cd.compile(ONE_KERNEL, arch="sm_90").image
+    ptx90 = cd.compile(ONE_KERNEL, arch="compute_90", target="ptx").image
+    with pytest.raises(cd.ArgumentValueError, match="entry #0 is a CUBIN labelled compute_90, a virtual architecture"):
+        cd.build_fatbin([("cubin", cubin, "compute_90")])
+    with pytest.raises(cd.ArgumentValueError, match="entry #1 is a CUBIN for sm_90 labelled sm_80"):
+        cd.build_fatbin([("ptx", ptx90, "sm_90"), ("cubin", cubin, "sm_80")])
+    with pytest.raises(cd.ArgumentValueError, match="entry #0 is PTX for .target sm_90 labelled sm_75"):
+        cd.build_fatbin([("ptx", ptx90, "sm_75")])
+
+
+def test_the_device_include_dirs_are_the_same_before_and_after_nvrtc_is_first_used():
+    code = ("from pycudadrv import nvrtc\n"
+            "before = nvrtc.default_include_dirs()\n"
+            "nvrtc.compile('extern \"C\" __global__ void k() {}', arch='sm_90', use_cache=False)\n"
+            "print(before == nvrtc.default_include_dirs())\n")
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stdout + out.stderr
