@@ -34,6 +34,6 @@ cdef inline int make_current(pycudadrv_driver_api* d, Device dev) except -1:
 # The canonical Device object of an ordinal (created on first use).
 cdef Device get_device(int ordinal)
 # None -> the current device; a Device -> the canonical object of its ordinal; an int -> that ordinal's.
-cdef Device as_device(object device)
+cdef Device as_device(object device, str where=*)
 cdef bint peer_enabled(int device, int peer)
 cdef Device current_device()

@@ -147,13 +147,16 @@ cdef bint peer_enabled(int device, int peer):
     return device == peer or (device, peer) in _peer_enabled
 
 
-cdef Device as_device(object device):
+cdef Device as_device(object device, str where=None):
+    """``device`` (None: the current device; a Device; an int ordinal) as the canonical Device; ``where``
+    (the calling function) heads the ArgumentTypeError of anything else."""
     if device is None:
         return current_device()
     if isinstance(device, Device):
         return get_device((<Device>device).ordinal)   # the canonical object of that ordinal
     if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
-        raise ArgumentTypeError(f"device must be a Device or an int ordinal, got {device!r}")
+        raise ArgumentTypeError(f"{where + ': ' if where else ''}device must be a Device or an int ordinal, got "
+                                f"{type(device).__name__} {device!r:.60}")
     v = int(device)
     if not 0 <= v < 2**31:
         Device(v)                     # raises ArgumentValueError naming the devices present
@@ -180,7 +183,7 @@ def context(device=None):
     """The primary context (``CUcontext``) of ``device`` (a Device or an
     ordinal; None: :func:`get_current_device`) as an int, like
     ``Stream.handle``: :attr:`Device.context`. Raises as ``Device(ordinal)``."""
-    return as_device(device).context
+    return as_device(device, "context").context
 
 
 @cython.binding(False)     # methods are method descriptors: CPython checks self

@@ -32,7 +32,7 @@ cdef class Event(EventBase):
                                     f"{len(args)} positional argument{'s' if len(args) > 1 else ''} "
                                     f"({args[0]!r:.40})")
         timing = yes_no(timing, "timing", "Event")
-        cdef Device dev = as_device(device)
+        cdef Device dev = as_device(device, "Event")
         cdef pycudadrv_driver_api* d = driver()
         dev.activate()
         check(d.p_cuEventCreate(&self._handle, CU_EVENT_DEFAULT if timing else CU_EVENT_DISABLE_TIMING),

@@ -71,7 +71,7 @@ def _dump_dot(graph, path):
 def graph_memory_used(device=None):
     """Bytes of device memory that graph memory nodes hold on ``device``
     right now (``cuDeviceGetGraphMemAttribute``, ``USED_MEM_CURRENT``)."""
-    cdef Device dev = as_device(device)
+    cdef Device dev = as_device(device, "graph_memory_used")
     cdef uint64_t v = 0
     check(driver().p_cuDeviceGetGraphMemAttribute(dev._handle, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT, &v),
           "cuDeviceGetGraphMemAttribute")

@@ -186,7 +186,7 @@ cdef class HostBuffer:
         pinned allocation fails."""
         shape, dt, nbytes = shape_and_nbytes(shape, dtype)
         cdef HostBuffer h = HostBuffer.__new__(HostBuffer, _TOKEN)
-        cdef Device dev = as_device(device)
+        cdef Device dev = as_device(device, "HostBuffer.empty")
         h.device = dev
         h._dtype = dt
         h._shape = shape

@@ -277,7 +277,7 @@ cdef tuple _import_dlpack(object obj, object device, bint sync, Stream target, s
     """(keeper, pointer, nbytes, dtype, shape, device) of a DLPack object, C-contiguous. With
     `sync` the producer is asked to order its work before `target` (None: the private stream
     of the tensor's device), else not at all (stream=-1)."""
-    cdef Device dev = as_device(device)
+    cdef Device dev = as_device(device, who)
     if not callable(getattr(obj, "__dlpack__", None)):
         raise ArgumentTypeError(f"{who}: {type(obj).__name__}.__dlpack__ is not callable")
     name = type(obj).__name__
@@ -480,7 +480,7 @@ cdef Buffer cai_buffer(object obj, object cai, object device, bint strided, str 
         producer = _cai_stream(cai, obj) if "stream" in cai else None
     except ArgumentTypeError as e:
         raise ArgumentTypeError(f"{who}: {e}") from None
-    cdef Device dev = as_device(device)
+    cdef Device dev = as_device(device, who)
     cdef ReadyEvent ready = None
     if foreign_sync_enabled():
         if producer is not None:          # CAI v3: the producer's work so far (its users are not known yet)

@@ -196,7 +196,7 @@ cdef class Buffer:
         cdef bint from_pool = yes_no(async_alloc, "async_alloc", "Buffer.empty")
         shape, dt, nbytes = shape_and_nbytes(shape, dtype)
         cdef unsigned int bits = usage_bits(usage, "Buffer.empty")
-        cdef Device dev = as_device(device)
+        cdef Device dev = as_device(device, "Buffer.empty")
         cdef Stream s = resolve_stream(stream, dev)
         if s.device is not None and s.device.ordinal != dev.ordinal:
             raise ArgumentValueError(f"Buffer.empty: stream belongs to device {s.device.ordinal}, "

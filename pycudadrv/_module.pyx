@@ -177,7 +177,7 @@ def load_module(image, *, device=None, ptx=None, source_decls=None):
         raise ArgumentTypeError(f"load_module: source_decls must be a dict (ObjectCode.source_decls) or None, got "
                                 f"{type(source_decls).__name__}")
     kind = image_kind(data)
-    cdef Device dev = as_device(device)
+    cdef Device dev = as_device(device, "load_module")
     info = _layout_info(ptx, source_decls)
     key = (dev.ordinal, fnv1a64(data), fnv1a64(info))
     mod = _cache.get(key)

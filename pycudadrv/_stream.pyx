@@ -181,7 +181,7 @@ def synchronize_context(device=None):
     """Wait for every stream of ``device``'s primary context (``cuCtxSynchronize``).
 
     Raises CaptureError during a capture that forbids it."""
-    cdef Device dev = as_device(device)
+    cdef Device dev = as_device(device, "synchronize_context")
     check_not_capturing(None, "synchronize the device")
     cdef pycudadrv_driver_api* d = driver()
     dev.activate()
@@ -239,7 +239,7 @@ cdef class Stream:
         if len(args) == 1 and args[0] is _WRAP and not kwargs:
             return     # from_handle: no stream of our own
         device, nonblocking, priority = stream_arguments(args, kwargs)
-        cdef Device dev = as_device(device)
+        cdef Device dev = as_device(device, "Stream")
         cdef pycudadrv_driver_api* d = driver()
         least, greatest = dev.stream_priority_range()       # activates dev's context
         if not greatest <= priority <= least:
@@ -258,7 +258,7 @@ cdef class Stream:
         ``(0, -5)``: lower numbers are higher priority, so ``greatest`` is the
         most negative; both are 0 where the device has no priorities
         (``cuCtxGetStreamPriorityRange``)."""
-        return as_device(device).stream_priority_range()
+        return as_device(device, "Stream.priority_range").stream_priority_range()
 
     @property
     def priority(self):
@@ -302,7 +302,7 @@ cdef class Stream:
             raise ArgumentValueError(f"stream handle {raw} out of range")
         driver()
         s._handle = <CUstream><uintptr_t>raw
-        s.device = as_device(device)
+        s.device = as_device(device, "Stream.from_handle")
         s._owner = owner if owner is not None else (None if isinstance(handle, int) else handle)
         return s
 

@@ -195,7 +195,7 @@ def test_each_device_has_its_own_context_and_using_one_leaves_the_other_unchange
 def test_context_of_a_bad_device_is_a_pycudadrv_error():
     with pytest.raises(cd.ArgumentValueError, match="device ordinal 4096 out of range"):
         cd.context(4096)
-    with pytest.raises(cd.ArgumentTypeError, match="device must be a Device or an int ordinal, got 'gpu0'"):
+    with pytest.raises(cd.ArgumentTypeError, match="context: device must be a Device or an int ordinal, got str 'gpu0'"):
         cd.context("gpu0")
 
 
