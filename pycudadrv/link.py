@@ -393,7 +393,7 @@ class Linker:
             data, kind, src_obj = obj.image, obj.target, obj  # type: ignore[assignment]
             name = name or obj.name
         elif isinstance(obj, str):
-            if "\n" in obj or ".version" in obj:
+            if not os.path.exists(obj) and ("\n" in obj or ".version" in obj):
                 raise ArgumentTypeError("Linker.add: a str is a file path; this one looks like PTX text: pass its bytes "
                                         f"(text.encode()), got {short_repr(obj)}")
             try:

@@ -173,3 +173,12 @@ def test_the_device_include_dirs_are_the_same_before_and_after_nvrtc_is_first_us
     import sys
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stdout + out.stderr
+
+
+def test_a_ptx_file_whose_path_holds_dot_version_is_read_as_a_path(tmp_path):
+    folder = tmp_path / "ptx.version"
+    folder.mkdir()
+    f = folder / "k.ptx"
+    f.write_bytes(cd.compile(ONE_KERNEL, arch="compute_90", target="ptx").image)
+    linker = cd.Linker(arch="sm_90").add(str(f))
+    assert "1 inputs" in repr(linker)
