@@ -72,7 +72,7 @@ if __name__ == "__main__":
         )
 
     modules = [m for m in MODULES if os.path.exists(os.path.join(HERE, "pycudadrv", f"{m}.pyx"))]
-    reused = {m: built(m) for m in modules if built(m) is not None}
+    reused = {m: so for m in modules if (so := built(m)) is not None}
     exts = cythonize(
         [extension(m, [f"pycudadrv/{m}.pyx"]) for m in modules if m not in reused],
         nthreads=os.cpu_count() or 1,      # the .pyx -> .c step in parallel too, as the C compiles are

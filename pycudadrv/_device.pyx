@@ -179,6 +179,12 @@ def get_current_device():
     return current_device()
 
 
+def device_arg(device, str where):
+    """``device`` (None: the current device; a Device; an int ordinal) as the canonical Device, for Python
+    callers (as_device's rule and error, headed by ``where``)."""
+    return as_device(device, where)
+
+
 def context(device=None):
     """The primary context (``CUcontext``) of ``device`` (a Device or an
     ordinal; None: :func:`get_current_device`) as an int, like

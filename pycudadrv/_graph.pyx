@@ -57,7 +57,7 @@ def _dump_dot(graph, path):
     (a debugging aid never costs the program its graph)."""
     try:
         graph.debug_dot(path)
-    except (CudaError, OSError, ValueError) as e:
+    except (CudaError, ValueError) as e:
         warnings.warn(f"PYCUDADRV_GRAPH_DOT: could not write the graph to {path!r} ({e}); the graph is "
                       "instantiated all the same", RuntimeWarning, stacklevel=3)
         return
@@ -446,11 +446,11 @@ cdef class CapturedGraph:
         verbose = yes_no(verbose, "verbose", "CapturedGraph.debug_dot")
         if self._graph == NULL:
             raise StateError("no graph captured")
-        cdef bytes p = os.fsencode(os.fspath(path))
-        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        where = os.fspath(path)
+        cdef bytes p = os.fsencode(where)
+        folder = os.path.dirname(os.path.abspath(where))
         if not os.path.isdir(folder):
-            raise ArgumentValueError(f"CapturedGraph.debug_dot: the folder {folder!r} of {os.fspath(path)!r} does "
-                                     "not exist")
+            raise ArgumentValueError(f"CapturedGraph.debug_dot: the folder {folder!r} of {where!r} does not exist")
         check(driver().p_cuGraphDebugDotPrint(self._graph, p, 1 if verbose else 0), "cuGraphDebugDotPrint")
         return path
 

@@ -134,6 +134,21 @@ cdef object _fill_value(object value, object dtype):
     return v
 
 
+cdef Buffer _new_buffer(object shape, object dtype, object device, object stream, object async_alloc, object usage,
+                        str who):
+    """Buffer.empty's allocation, its arguments checked in the name of ``who`` (empty, zeros, from_numpy)."""
+    cdef bint from_pool = yes_no(async_alloc, "async_alloc", who)
+    shape, dt, nbytes = shape_and_nbytes(shape, dtype)
+    cdef unsigned int bits = usage_bits(usage, who)
+    cdef Device dev = as_device(device, who)
+    cdef Stream s = resolve_stream(stream, dev)
+    if s.device is not None and s.device.ordinal != dev.ordinal:
+        raise ArgumentValueError(f"{who}: stream belongs to device {s.device.ordinal}, not device {dev.ordinal}")
+    cdef Allocation a = allocate(nbytes, dev, s, from_pool)
+    a.usage = bits
+    return buffer_over(a, a.ptr, nbytes, dt, shape if dt is not None else None, None)
+
+
 # Fields must survive the GC clearing cycles: __dealloc__ reads them.
 @cython.binding(False)     # methods are method descriptors: CPython checks self
 @cython.no_gc_clear
@@ -193,24 +208,12 @@ cdef class Buffer:
             ``CUDA_ERROR_OUT_OF_MEMORY`` (a CudaError and a MemoryError; the
             message gives the bytes asked for and the bytes free).
         """
-        cdef bint from_pool = yes_no(async_alloc, "async_alloc", "Buffer.empty")
-        shape, dt, nbytes = shape_and_nbytes(shape, dtype)
-        cdef unsigned int bits = usage_bits(usage, "Buffer.empty")
-        cdef Device dev = as_device(device, "Buffer.empty")
-        cdef Stream s = resolve_stream(stream, dev)
-        if s.device is not None and s.device.ordinal != dev.ordinal:
-            raise ArgumentValueError(f"Buffer.empty: stream belongs to device {s.device.ordinal}, "
-                                     f"not device {dev.ordinal}")
-        cdef Allocation a = allocate(nbytes, dev, s, from_pool)
-        a.usage = bits
-        return buffer_over(a, a.ptr, nbytes, dt, shape if dt is not None else None, None)
+        return _new_buffer(shape, dtype, device, stream, async_alloc, usage, "Buffer.empty")
 
     @staticmethod
     def zeros(shape, dtype=None, *, device=None, stream=None, async_alloc=True, usage=None):
         """Like :meth:`empty`, then set to zero (``cuMemsetD8Async``)."""
-        async_alloc = yes_no(async_alloc, "async_alloc", "Buffer.zeros")
-        usage_bits(usage, "Buffer.zeros")
-        b = Buffer.empty(shape, dtype, device=device, stream=stream, async_alloc=async_alloc, usage=usage)
+        b = _new_buffer(shape, dtype, device, stream, async_alloc, usage, "Buffer.zeros")
         b.fill(0)
         return b
 
@@ -221,16 +224,11 @@ cdef class Buffer:
         shape (``cuMemcpyHtoDAsync``; pageable source memory may be reused as
         soon as this returns); ``usage`` as in :meth:`empty`. Raises as
         :meth:`empty` and :meth:`write`."""
-        async_alloc = yes_no(async_alloc, "async_alloc", "Buffer.from_numpy")
-        usage_bits(usage, "Buffer.from_numpy")
-        if isinstance(array, str):
-            raise ArgumentTypeError(f"Buffer.from_numpy: array must be an array of numbers (a numpy array or any "
-                                    f"buffer-protocol object), got str {short_repr(array)}")
-        arr = np.ascontiguousarray(array)
-        if arr.dtype.hasobject:
+        arr = None if isinstance(array, str) else np.ascontiguousarray(array)
+        if arr is None or arr.dtype.hasobject:
             raise ArgumentTypeError(f"Buffer.from_numpy: array must be an array of numbers (a numpy array or any "
                                     f"buffer-protocol object), got {type(array).__name__} {short_repr(array)}")
-        b = Buffer.empty(arr.shape, arr.dtype, device=device, stream=stream, async_alloc=async_alloc, usage=usage)
+        b = _new_buffer(arr.shape, arr.dtype, device, stream, async_alloc, usage, "Buffer.from_numpy")
         b.write(arr)
         return b
 

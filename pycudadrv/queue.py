@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from pycudadrv._device import Device
+from pycudadrv._device import device_arg
 from pycudadrv._env import env_word, env_int
 from pycudadrv._errors import ArgumentTypeError, ArgumentValueError, CaptureError, ClosedError, StateError
 from pycudadrv._memory import Buffer, _byte_arg, _host_array
@@ -130,9 +130,8 @@ class Queue(QueueCore):
             policy = d["policy"] if policy is None else policy
         streams = _check_streams(streams, "Queue")
         policy = _check_policy(policy, "Queue")
-        if device is not None and (isinstance(device, bool) or not isinstance(device, (Device, int, np.integer))):
-            raise ArgumentTypeError(f"Queue: device must be a Device or an int ordinal, got {type(device).__name__} "
-                                    f"{device!r:.60}")
+        if device is not None:
+            device = device_arg(device, "Queue")
         pool = [Stream(device) for _ in range(streams)]
         self.device = pool[0].device
         self.policy = policy
